@@ -1,0 +1,23 @@
+# Compile options shared by every target of ours, through one interface target.
+set(CMAKE_CXX_STANDARD 20)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_CXX_EXTENSIONS OFF)  # -std=c++20: GCC then does not contract a*b+c into FMA on its own.
+set(CMAKE_EXPORT_COMPILE_COMMANDS ON)
+if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+  set(CMAKE_BUILD_TYPE Release CACHE STRING "Build type" FORCE)
+endif()
+
+add_library(dsv32_options INTERFACE)
+add_library(dsv32::options ALIAS dsv32_options)
+target_compile_options(dsv32_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
+  # GCC 12 false positives: std::string concatenation (PR 105651), and AVX-512 intrinsics
+  # inlined from Eigen (maybe-uninitialized inside avx512fintrin.h).
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict -Wno-maybe-uninitialized>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${DSV32_WARNINGS_AS_ERRORS}>>:-Werror>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${DSV32_NATIVE_ARCH}>>:-march=native>)
+if(DSV32_SANITIZE)
+  target_compile_options(dsv32_options INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${DSV32_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all>)
+  target_link_options(dsv32_options INTERFACE -fsanitize=${DSV32_SANITIZE})
+endif()

@@ -1,0 +1,26 @@
+// Device discovery and CUDA error handling. Host-only header: no CUDA headers leak out.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dsv32::gpu {
+
+/// A failed CUDA or cuBLAS call: the message names the operation and CUDA's own text.
+struct CudaError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Empty when a usable CUDA device is present, else why not (for GTEST_SKIP and the CLI).
+std::string no_device_reason();
+/// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for device 0; throws CudaError without a device.
+std::string device_summary();
+
+/// bf16 bit patterns of xs as the device's __float2bfloat16_rn computes them.
+std::vector<std::uint16_t> device_bf16_bits(const std::vector<float>& xs);
+/// e4m3fn bit patterns of xs as the device's saturating conversion computes them.
+std::vector<std::uint8_t> device_e4m3_bits(const std::vector<float>& xs);
+
+}  // namespace dsv32::gpu

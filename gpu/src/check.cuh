@@ -1,0 +1,35 @@
+// CUDA error checks that turn failures into CudaError naming the operation.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "dsv32/gpu/device.hpp"
+
+namespace dsv32::gpu::detail {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw CudaError(std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+}
+
+/// Device buffer owned by RAII.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t n) : n_(n) {
+    check(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T) + 1), "cudaMalloc");
+  }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_;
+};
+
+}  // namespace dsv32::gpu::detail

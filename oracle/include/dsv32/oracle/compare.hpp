@@ -1,0 +1,67 @@
+// The gates of TESTING.md sections 1-2: compute separate from compare, reports that name the
+// first bad element with both values, counts, and the cosine difference.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/tensor.hpp"
+
+namespace dsv32 {
+
+/// Outcome of one tensor comparison.
+struct CompareResult {
+  std::string tensor;
+  bool pass = false;
+  bool refused = false;         // the gate itself was vacuous or the inputs unusable
+  std::string rule;             // how the tolerance was formed
+  double max_err = 0.0;         // max |got - want|
+  double tol = 0.0;             // the gate on max_err
+  double rms = 0.0;             // RMS of the reference
+  std::int64_t first_bad = -1;  // flat index of the first element over tol (or NaN mismatch)
+  double got_at = 0.0, want_at = 0.0;
+  std::int64_t count_over = 0;  // elements over tol
+  std::int64_t count = 0;       // elements compared
+  double cos_diff = 0.0;        // 1 - 2<a,b>/(|a|^2+|b|^2)
+  std::string note;             // e.g. scales that differ by a factor of two
+  /// One line: tensor, verdict, max_err/tol, first bad index with both values, counts.
+  std::string summary() const;
+};
+
+/// Storage-precision helpers: the value rounded to `dt`, and one unit in the last place there.
+double round_to(DType dt, double v);
+double ulp_in(DType dt, double magnitude);
+
+/// FlashAttention's floor in storage precision: 2 * max |(T0 + 0.3 - 0.3) - T0|, each op rounded.
+double fa_floor(const Tensor& t0, DType storage);
+/// gamma_n = n u / (1 - n u) with u = 2^-24: the fp32 bound on a length-n dot product.
+double gamma_fp32(std::int64_t n);
+/// The widest tolerance a gate may have before the comparer refuses it (docs/TOLERANCES.md):
+/// max(1% of RMS(T0), 16 ulps of the storage format at max |T0|).
+double vacuity_cap(const Tensor& t0, DType storage);
+
+/// bf16-precision gate: max|got - T0| <= 2 max|T1 - T0| + fa_floor(T0).
+CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage);
+/// fp32-precision gate: max|got - T0| <= 2 gamma_n max|T0|, n = the longest dot product.
+CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t longest_dot);
+/// Fixed-tolerance compare (bitwise when tol == 0), e.g. plan vs eager.
+CompareResult compare_abs(const Tensor& got, const Tensor& want, double tol);
+/// Quantized blocks: values dequantized with their scales must agree within one e4m3 quantum at
+/// each element's magnitude; a block scale may differ by 2x only where amax/448 lies within
+/// rounding of a power of two (reported in note). Values are (rows, block), scales (rows).
+CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales,
+                                const Tensor& want_vals, const Tensor& want_scales,
+                                std::int64_t block);
+
+/// fp32 accumulation error bound of one index score: gamma_n * sum of |terms| (n = HI * dI).
+double index_score_eps(const Config& cfg, double abs_term_sum);
+/// Validity of one top-k row against reference scores of positions 0..p (TESTING.md section 2):
+/// exactly K_t distinct positions in [0, p] then -1; {0..p} when p + 1 <= K; min chosen >=
+/// max rest - eps. Returns an empty string when valid, else what is wrong.
+std::string check_topk_row(const std::vector<int>& row, const std::vector<double>& scores, int K,
+                           double eps);
+
+}  // namespace dsv32

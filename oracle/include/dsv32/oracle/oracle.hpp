@@ -1,0 +1,112 @@
+// The CPU oracle of the DeepSeek-V3.2 attention stack (MATH.md sections 2-4).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/rope.hpp"
+#include "dsv32/oracle/scenario.hpp"
+#include "dsv32/oracle/tensor.hpp"
+#include "dsv32/oracle/weights.hpp"
+
+namespace dsv32 {
+
+/// exact: fp64 math, only the model's quantizers. emulated: also rounds at every bf16 point.
+enum class Mode { exact, emulated };
+std::string_view to_string(Mode m);
+
+/// Trace tensor names of one layer, in op order (GOLDEN.md).
+const std::vector<std::string>& layer_stage_names();
+/// Stages that only F layers produce.
+bool is_indexer_stage(std::string_view name);
+/// The dtype the deployed implementation stores a stage in (bf16/fp32 precision, kv_cache).
+DType storage_dtype(const Config& cfg, std::string_view stage);
+
+/// Named stage tensors of one layer, rows [0, T_a), in op order.
+struct LayerTrace {
+  std::vector<Tensor> tensors;
+  const Tensor* find(std::string_view name) const;
+  const Tensor& at(std::string_view name) const;  // throws std::out_of_range naming it
+};
+
+/// Everything one step produced.
+struct StepTrace {
+  std::vector<LayerTrace> layers;
+  Tensor output;  // (T_a, D)
+};
+
+/// Seconds spent per op (BOUNDARIES.md names), accumulated over layers and steps.
+struct Profile {
+  std::vector<std::pair<std::string, double>> seconds;
+  void add(std::string_view op, double s);
+  double get(std::string_view op) const;
+};
+
+/// Index sets a caller imposes on F layers (e.g. the GPU's own), rows [0, T_a), -1 padded.
+using TopkRows = Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+struct StepOptions {
+  std::vector<std::optional<TopkRows>> topk_override;  // indexed by layer; empty: own sets
+  Profile* profile = nullptr;                          // per-op wall time when set
+
+  /// Options that impose the F layers' sets of `trace` (e.g. T1 follows T0's sets, so that
+  /// T1 - T0 measures rounding only and not a different selection near a tie).
+  static StepOptions follow(const Config& cfg, const StepTrace& trace);
+};
+/// The "topk" stage of a layer trace as int rows.
+TopkRows topk_rows(const LayerTrace& lt);
+
+/// One layer's persistent caches (values as read back from the cache).
+struct LayerCache {
+  Mat kv;           // (slots, Lkv + dr): [c ; kR]
+  Mat index_k;      // (slots, dI): e4m3 values (F layers)
+  Vec index_scale;  // (slots): ue8m0 scales (F layers)
+};
+
+/// The oracle: a stack of layers over persistent paged caches that start NaN-poisoned.
+class Oracle {
+ public:
+  Oracle(Config cfg, std::shared_ptr<const Weights> weights, Mode mode, int num_blocks);
+
+  /// Runs one step: every layer, updating the caches; returns every stage.
+  StepTrace step(const StepInput& in, const StepOptions& opts = {});
+
+  const Config& config() const { return cfg_; }
+  Mode mode() const { return mode_; }
+  int num_blocks() const { return num_blocks_; }
+  LayerCache& cache(int layer) { return caches_.at(layer); }
+  const LayerCache& cache(int layer) const { return caches_.at(layer); }
+  /// Index scores I(t, j), j = 0..p(t), of real token t of a finished step, from this oracle's
+  /// indexer cache and the qI8/omega of `lt` (the oracle's own trace or a GPU's); abs_terms[j]
+  /// is sum |terms| of the same score, for fp32 error bounds (index_score_eps).
+  struct IndexScores {
+    std::vector<double> score, abs_terms;
+  };
+  IndexScores index_scores(int layer, const StepInput& in, const LayerTrace& lt, int t) const;
+
+  /// Fills the cache entries of positions [0, ctx) of every request of `in` with random
+  /// values of the right formats (benchmarks: long contexts without running their prefill).
+  void synthesize_context(const StepInput& in, std::uint64_t seed);
+
+  /// True when this mode rounds to bf16 at the deployed storage points.
+  bool rounds_bf16() const { return mode_ == Mode::emulated && cfg_.precision == Precision::bf16; }
+
+ private:
+  struct Layer;
+  Config cfg_;
+  std::shared_ptr<const Weights> w_;
+  Mode mode_;
+  int num_blocks_;
+  Rope rope_;
+  std::vector<LayerCache> caches_;
+};
+
+/// The top-k rule of MATH.md step 7 on one row of scores for positions 0..p: all of them in
+/// order when p + 1 <= K, else the K largest (ties: smaller position), written in ascending
+/// position order; -1 up to K. Throws on a NaN score.
+std::vector<int> select_topk(const std::vector<double>& scores, int K);
+
+}  // namespace dsv32

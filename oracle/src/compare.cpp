@@ -1,0 +1,291 @@
+#include "dsv32/oracle/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "dsv32/oracle/numerics.hpp"
+
+namespace dsv32 {
+namespace {
+
+double rms_of(const Tensor& t) {
+  double s = 0.0;
+  for (double v : t.data) s += v * v;
+  return t.data.empty() ? 0.0 : std::sqrt(s / static_cast<double>(t.data.size()));
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0.0;
+  for (double v : t.data) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.data.size(); ++i) m = std::max(m, std::fabs(a.data[i] - b.data[i]));
+  return m;
+}
+
+/// Checks shapes and finiteness and fills max_err, counts, first bad, cosine difference.
+CompareResult measure(const Tensor& got, const Tensor& want, double tol, std::string rule) {
+  CompareResult r;
+  r.tensor = want.name;
+  r.rule = std::move(rule);
+  r.tol = tol;
+  r.rms = rms_of(want);
+  r.count = want.numel();
+  if (got.shape != want.shape) {
+    r.refused = true;
+    r.note = "shape " + got.shape_string() + " != expected " + want.shape_string();
+    return r;
+  }
+  double dot = 0.0, na = 0.0, nb = 0.0;
+  for (std::size_t i = 0; i < want.data.size(); ++i) {
+    const double a = got.data[i], b = want.data[i];
+    const bool same_anomaly =
+        (std::isnan(a) && std::isnan(b)) || (std::isinf(a) && std::isinf(b) && a == b);
+    const double err = same_anomaly ? 0.0 : std::fabs(a - b);
+    const bool bad = !same_anomaly && !(err <= tol);  // NaN err is bad
+    if (!std::isnan(err))
+      r.max_err = std::max(r.max_err, err);
+    else
+      r.max_err = std::numeric_limits<double>::quiet_NaN();
+    if (bad) {
+      if (r.first_bad < 0) {
+        r.first_bad = static_cast<std::int64_t>(i);
+        r.got_at = a;
+        r.want_at = b;
+      }
+      ++r.count_over;
+    }
+    if (std::isfinite(a) && std::isfinite(b)) {
+      dot += a * b;
+      na += a * a;
+      nb += b * b;
+    }
+  }
+  r.cos_diff = (na + nb) > 0 ? 1.0 - 2.0 * dot / (na + nb) : 0.0;
+  r.pass = r.count_over == 0;
+  return r;
+}
+
+void refuse_if_vacuous(CompareResult& r, const Tensor& t0, DType storage) {
+  if (r.refused) return;
+  if (!(r.rms > 0.0)) {
+    r.refused = true;
+    r.pass = false;
+    r.note = "reference has zero norm: the comparison would be vacuous";
+    return;
+  }
+  const double cap = vacuity_cap(t0, storage);
+  if (!(r.tol <= cap)) {
+    r.refused = true;
+    r.pass = false;
+    std::ostringstream s;
+    s << "vacuous gate: tol " << r.tol << " exceeds the cap " << cap << " (RMS " << r.rms << ")";
+    r.note = s.str();
+  }
+}
+
+}  // namespace
+
+std::string CompareResult::summary() const {
+  std::ostringstream s;
+  s.precision(6);
+  s << tensor << ": "
+    << (refused ? "REFUSED"
+        : pass  ? "ok"
+                : "FAIL")
+    << "  max_err " << max_err << " tol " << tol << " [" << rule << "]  rms " << rms
+    << "  cos_diff " << cos_diff;
+  if (first_bad >= 0)
+    s << "  first bad flat " << first_bad << ": got " << got_at << " want " << want_at << "  ("
+      << count_over << "/" << count << " over)";
+  if (!note.empty()) s << "  note: " << note;
+  return s.str();
+}
+
+double round_to(DType dt, double v) {
+  switch (dt) {
+    case DType::bfloat16:
+      return round_bf16(v);
+    case DType::float32:
+      return static_cast<float>(v);
+    case DType::float8_e4m3fn:
+      return round_e4m3(v);
+    default:
+      return v;
+  }
+}
+
+double ulp_in(DType dt, double magnitude) {
+  const double a =
+      std::max(std::fabs(magnitude), static_cast<double>(std::numeric_limits<float>::min()));
+  int k = 0;
+  std::frexp(a, &k);  // a in [2^(k-1), 2^k)
+  switch (dt) {
+    case DType::bfloat16:
+      return std::ldexp(1.0, k - 1 - 7);
+    case DType::float32:
+      return std::ldexp(1.0, k - 1 - 23);
+    case DType::float8_e4m3fn:
+      return e4m3_quantum(magnitude);
+    default:
+      return std::ldexp(1.0, k - 1 - 52);
+  }
+}
+
+double fa_floor(const Tensor& t0, DType storage) {
+  double m = 0.0;
+  for (double v : t0.data) {
+    if (!std::isfinite(v)) continue;
+    const double r = round_to(storage, round_to(storage, v + 0.3) - 0.3);
+    m = std::max(m, std::fabs(r - v));
+  }
+  return 2.0 * m;
+}
+
+double gamma_fp32(std::int64_t n) {
+  const double nu = static_cast<double>(n) * 0x1p-24;
+  return nu / (1.0 - nu);
+}
+
+double vacuity_cap(const Tensor& t0, DType storage) {
+  return std::max(0.01 * rms_of(t0), 16.0 * ulp_in(storage, max_abs(t0)));
+}
+
+CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage) {
+  const double spread = t1.shape == t0.shape ? max_abs_diff(t1, t0) : 0.0;
+  const double tol = 2.0 * spread + fa_floor(t0, storage);
+  CompareResult r = measure(got, t0, tol, "2*max|T1-T0| + fa_floor");
+  if (t1.shape != t0.shape) {
+    r.refused = true;
+    r.note = "T1 shape " + t1.shape_string() + " != T0 shape " + t0.shape_string();
+  }
+  refuse_if_vacuous(r, t0, storage);
+  r.pass = r.pass && !r.refused;
+  return r;
+}
+
+CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t longest_dot) {
+  const double tol = 2.0 * gamma_fp32(longest_dot) * max_abs(t0);
+  CompareResult r = measure(got, t0, tol, "2*gamma_n*max|T0|, n=" + std::to_string(longest_dot));
+  refuse_if_vacuous(r, t0, DType::float32);
+  r.pass = r.pass && !r.refused;
+  return r;
+}
+
+CompareResult compare_abs(const Tensor& got, const Tensor& want, double tol) {
+  CompareResult r = measure(got, want, tol, tol == 0.0 ? "bitwise" : "abs");
+  r.pass = r.pass && !r.refused;
+  return r;
+}
+
+CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales,
+                                const Tensor& want_vals, const Tensor& want_scales,
+                                std::int64_t block) {
+  CompareResult r = measure(got_vals, want_vals, 0.0, "one e4m3 quantum, dequantized");
+  if (r.refused) return r;
+  if (got_scales.numel() * block != got_vals.numel() || got_scales.shape != want_scales.shape) {
+    r.refused = true;
+    r.pass = false;
+    r.note = "scale shapes do not match the values";
+    return r;
+  }
+  r.max_err = 0.0;
+  r.count_over = 0;
+  r.first_bad = -1;
+  std::int64_t scale_flips = 0;
+  for (std::int64_t b = 0; b < got_scales.numel(); ++b) {
+    const double sg = got_scales.data[b], sw = want_scales.data[b];
+    double amax = 0.0;
+    for (std::int64_t i = 0; i < block; ++i)
+      amax = std::max(amax, std::fabs(want_vals.data[b * block + i] * sw));
+    bool scale_ok = sg == sw;
+    if (!scale_ok && (sg == 2 * sw || sw == 2 * sg)) {
+      // Legal only where amax / 448 is within rounding of a power of two.
+      const double x = std::max(amax, static_cast<double>(kIndexerAmaxFloor)) / kE4m3Max;
+      const double p2 = std::exp2(std::round(std::log2(x)));
+      scale_ok = std::fabs(x - p2) <= 1e-5 * p2;
+      if (scale_ok) ++scale_flips;
+    }
+    for (std::int64_t i = 0; i < block; ++i) {
+      const std::int64_t k = b * block + i;
+      const double g = got_vals.data[k] * sg, w = want_vals.data[k] * sw;
+      const double q = e4m3_quantum(want_vals.data[k]) * std::max(sg, sw);
+      const double err = std::fabs(g - w);
+      if (!std::isnan(err)) r.max_err = std::max(r.max_err, err / q);
+      if (!scale_ok || !(err <= q) || std::isnan(g) != std::isnan(w)) {
+        if (r.first_bad < 0) {
+          r.first_bad = k;
+          r.got_at = g;
+          r.want_at = w;
+        }
+        ++r.count_over;
+      }
+    }
+  }
+  r.tol = 1.0;  // max_err is in quanta
+  if (scale_flips)
+    r.note =
+        std::to_string(scale_flips) + " block scale(s) differ by 2x at a power-of-two boundary";
+  r.pass = r.count_over == 0;
+  return r;
+}
+
+double index_score_eps(const Config& cfg, double abs_term_sum) {
+  return gamma_fp32(static_cast<std::int64_t>(cfg.index_n_heads) * cfg.index_head_dim) *
+         abs_term_sum;
+}
+
+std::string check_topk_row(const std::vector<int>& row, const std::vector<double>& scores, int K,
+                           double eps) {
+  const int n = static_cast<int>(scores.size());  // p + 1
+  const int kt = std::min(K, n);
+  if (static_cast<int>(row.size()) != K)
+    return "row has " + std::to_string(row.size()) + " entries, expected K=" + std::to_string(K);
+  std::set<int> chosen;
+  for (int k = 0; k < K; ++k) {
+    const int v = row[k];
+    if (k < kt) {
+      if (v < 0 || v >= n)
+        return "entry " + std::to_string(k) + " = " + std::to_string(v) + " outside [0, " +
+               std::to_string(n - 1) + "]";
+      if (!chosen.insert(v).second) return "position " + std::to_string(v) + " chosen twice";
+    } else if (v != -1) {
+      return "entry " + std::to_string(k) + " = " + std::to_string(v) + ", expected -1 after " +
+             std::to_string(kt) + " picks";
+    }
+  }
+  if (n <= K) {
+    for (int j = 0; j < n; ++j)
+      if (row[j] != j)
+        return "p+1 <= K: expected positions 0..p in order, entry " + std::to_string(j) + " = " +
+               std::to_string(row[j]);
+    return "";
+  }
+  double min_chosen = std::numeric_limits<double>::infinity(), max_rest = -min_chosen;
+  int arg_min = -1, arg_max = -1;
+  for (int j = 0; j < n; ++j) {
+    if (std::isnan(scores[j]))
+      return "reference score at position " + std::to_string(j) + " is NaN";
+    if (chosen.count(j)) {
+      if (scores[j] < min_chosen) min_chosen = scores[j], arg_min = j;
+    } else if (scores[j] > max_rest) {
+      max_rest = scores[j], arg_max = j;
+    }
+  }
+  if (min_chosen < max_rest - eps) {
+    std::ostringstream s;
+    s.precision(9);
+    s << "chosen position " << arg_min << " (score " << min_chosen << ") is worse than unchosen "
+      << arg_max << " (score " << max_rest << ") by more than eps " << eps;
+    return s.str();
+  }
+  return "";
+}
+
+}  // namespace dsv32

@@ -1,0 +1,223 @@
+#include "dsv32/oracle/config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+
+namespace dsv32 {
+namespace {
+
+template <class E, std::size_t N>
+using Names = std::array<std::pair<E, std::string_view>, N>;
+
+constexpr Names<IndexerRope, 2> kIndexerRope{
+    {{IndexerRope::neox, "neox"}, {IndexerRope::interleaved, "interleaved"}}};
+constexpr Names<Hadamard, 2> kHadamard{{{Hadamard::off, "off"}, {Hadamard::on, "on"}}};
+constexpr Names<KvCache, 2> kKvCache{
+    {{KvCache::bf16, "bf16"}, {KvCache::fp8_ds_mla, "fp8_ds_mla"}}};
+constexpr Names<RopeTable, 2> kRopeTable{{{RopeTable::fp32, "fp32"}, {RopeTable::bf16, "bf16"}}};
+constexpr Names<Precision, 2> kPrecision{{{Precision::bf16, "bf16"}, {Precision::fp32, "fp32"}}};
+
+template <class E, std::size_t N>
+std::string_view name_of(const Names<E, N>& names, E v) {
+  for (const auto& [e, s] : names)
+    if (e == v) return s;
+  return "?";
+}
+
+template <class E, std::size_t N>
+E parse_in(const Names<E, N>& names, std::string_view field, std::string_view text) {
+  std::string known;
+  for (const auto& [e, s] : names) {
+    if (s == text) return e;
+    known += (known.empty() ? "" : "|") + std::string(s);
+  }
+  throw ConfigError("config field '" + std::string(field) + "': unknown value '" +
+                    std::string(text) + "' (expected " + known + ")");
+}
+
+void require(bool ok, std::string_view field, const std::string& why) {
+  if (!ok) throw ConfigError("config field '" + std::string(field) + "': " + why);
+}
+
+Config small(std::string name, int layers, std::string pattern) {
+  Config c;
+  c.name = std::move(name);
+  c.num_layers = layers;
+  c.hidden_size = 64;
+  c.num_heads = 4;
+  c.q_lora_rank = 48;
+  c.kv_lora_rank = 32;
+  c.qk_nope_head_dim = 16;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 16;
+  c.index_n_heads = 4;
+  c.index_head_dim = 128;
+  c.index_topk = 8;
+  c.block_size = 5;
+  c.index_topk_pattern = std::move(pattern);
+  return c;
+}
+
+}  // namespace
+
+std::string_view to_string(IndexerRope v) {
+  return name_of(kIndexerRope, v);
+}
+std::string_view to_string(Hadamard v) {
+  return name_of(kHadamard, v);
+}
+std::string_view to_string(KvCache v) {
+  return name_of(kKvCache, v);
+}
+std::string_view to_string(RopeTable v) {
+  return name_of(kRopeTable, v);
+}
+std::string_view to_string(Precision v) {
+  return name_of(kPrecision, v);
+}
+
+template <>
+IndexerRope parse_enum<IndexerRope>(std::string_view f, std::string_view t) {
+  return parse_in(kIndexerRope, f, t);
+}
+template <>
+Hadamard parse_enum<Hadamard>(std::string_view f, std::string_view t) {
+  return parse_in(kHadamard, f, t);
+}
+template <>
+KvCache parse_enum<KvCache>(std::string_view f, std::string_view t) {
+  return parse_in(kKvCache, f, t);
+}
+template <>
+RopeTable parse_enum<RopeTable>(std::string_view f, std::string_view t) {
+  return parse_in(kRopeTable, f, t);
+}
+template <>
+Precision parse_enum<Precision>(std::string_view f, std::string_view t) {
+  return parse_in(kPrecision, f, t);
+}
+
+void Config::validate() const {
+  require(num_layers >= 1, "num_layers", "must be >= 1");
+  require(hidden_size >= 1, "hidden_size", "must be >= 1");
+  require(num_heads >= 1, "num_heads", "must be >= 1");
+  require(q_lora_rank >= 1, "q_lora_rank", "must be >= 1");
+  require(kv_lora_rank >= 1, "kv_lora_rank", "must be >= 1");
+  require(qk_nope_head_dim >= 1, "qk_nope_head_dim", "must be >= 1");
+  require(qk_rope_head_dim >= 2 && qk_rope_head_dim % 2 == 0, "qk_rope_head_dim",
+          "must be even and >= 2, got " + std::to_string(qk_rope_head_dim));
+  require(v_head_dim >= 1, "v_head_dim", "must be >= 1");
+  require(index_n_heads >= 1, "index_n_heads", "must be >= 1");
+  require(index_head_dim == 128, "index_head_dim",
+          "must be 128 (one fp8 block), got " + std::to_string(index_head_dim));
+  require(qk_rope_head_dim <= index_head_dim, "qk_rope_head_dim", "must be <= index_head_dim");
+  require(index_topk >= 1, "index_topk", "must be >= 1, got " + std::to_string(index_topk));
+  require(block_size >= 1, "block_size", "must be >= 1");
+  require(rms_norm_eps > 0, "rms_norm_eps", "must be > 0");
+  require(indexer_norm_eps > 0, "indexer_norm_eps", "must be > 0");
+  require(rope_theta > 1, "rope_theta", "must be > 1");
+  if (rope_scaling) {
+    require(rope_scaling->factor >= 1, "rope_scaling.factor", "must be >= 1");
+    require(rope_scaling->original_max_position_embeddings >= 1,
+            "rope_scaling.original_max_position_embeddings", "must be >= 1");
+    require(rope_scaling->beta_fast > rope_scaling->beta_slow, "rope_scaling.beta_fast",
+            "must exceed beta_slow");
+  }
+  require(static_cast<int>(index_topk_pattern.size()) == num_layers, "index_topk_pattern",
+          "needs one letter per layer (" + std::to_string(num_layers) + "), got '" +
+              index_topk_pattern + "'");
+  require(std::all_of(index_topk_pattern.begin(), index_topk_pattern.end(),
+                      [](char ch) { return ch == 'F' || ch == 'S'; }),
+          "index_topk_pattern", "letters must be F or S, got '" + index_topk_pattern + "'");
+  require(index_topk_pattern.front() == 'F', "index_topk_pattern",
+          "layer 0 must be F (it owns the first indexer), got '" + index_topk_pattern + "'");
+}
+
+double Config::softmax_scale() const {
+  double m = 1.0;
+  if (rope_scaling && rope_scaling->factor > 1.0)
+    m = 0.1 * rope_scaling->mscale_all_dim * std::log(rope_scaling->factor) + 1.0;
+  return m * m / std::sqrt(static_cast<double>(qk_head_dim()));
+}
+
+Config Config::tp_shard(int tp) const {
+  if (tp < 1 || num_heads % tp != 0)
+    throw ConfigError("tp: " + std::to_string(tp) + " does not divide num_heads " +
+                      std::to_string(num_heads));
+  Config c = *this;
+  c.num_heads = num_heads / tp;
+  return c;
+}
+
+std::vector<std::string> preset_names() {
+  return {"dsv32", "dsv32-tp4", "glm52", "tiny", "tiny-fs", "tiny-deep", "tiny-wide"};
+}
+
+Config preset(std::string_view name) {
+  Config c;
+  if (name == "dsv32" || name == "dsv32-tp4") {
+    c.name = std::string(name);
+    c.hidden_size = 7168;
+    c.num_heads = name == "dsv32" ? 128 : 32;
+    c.q_lora_rank = 1536;
+    c.kv_lora_rank = 512;
+    c.qk_nope_head_dim = 128;
+    c.qk_rope_head_dim = 64;
+    c.v_head_dim = 128;
+    c.index_n_heads = 64;
+    c.index_topk = 2048;
+    c.block_size = 64;
+  } else if (name == "glm52") {
+    c.name = "glm52";
+    c.hidden_size = 6144;
+    c.num_heads = 64;
+    c.q_lora_rank = 2048;
+    c.kv_lora_rank = 512;
+    c.qk_nope_head_dim = 192;
+    c.qk_rope_head_dim = 64;
+    c.v_head_dim = 256;
+    c.index_n_heads = 32;
+    c.index_topk = 2048;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 8e6;
+    c.rope_scaling.reset();
+    c.indexer_rope = IndexerRope::interleaved;
+  } else if (name == "tiny") {
+    c = small("tiny", 1, "F");
+  } else if (name == "tiny-fs") {
+    c = small("tiny-fs", 3, "FSF");
+  } else if (name == "tiny-deep") {
+    c = small("tiny-deep", 4, "FSSF");
+    c.index_topk = 4;
+    c.block_size = 3;
+  } else if (name == "tiny-wide") {
+    c = small("tiny-wide", 2, "FS");
+    c.hidden_size = 128;
+    c.num_heads = 8;
+    c.q_lora_rank = 96;
+    c.kv_lora_rank = 64;
+    c.qk_nope_head_dim = 32;
+    c.qk_rope_head_dim = 16;
+    c.v_head_dim = 32;
+    c.index_n_heads = 8;
+    c.index_topk = 32;
+    c.block_size = 16;
+  } else {
+    std::string known;
+    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    throw ConfigError("unknown preset '" + std::string(name) + "' (known: " + known + ")");
+  }
+  c.validate();
+  return c;
+}
+
+std::string topk_pattern_from_vllm(int num_layers, int freq, int offset) {
+  if (freq < 1) throw ConfigError("index_topk_freq must be >= 1");
+  std::string p;
+  for (int l = 0; l < num_layers; ++l) p += (std::max(l - offset + 1, 0) % freq != 0) ? 'S' : 'F';
+  return p;
+}
+
+}  // namespace dsv32

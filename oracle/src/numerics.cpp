@@ -1,0 +1,102 @@
+#include "dsv32/oracle/numerics.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+namespace dsv32 {
+
+std::uint16_t bf16_bits(float x) {
+  if (std::isnan(x)) return 0x7FFF;
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t bias = 0x7FFFu + ((u >> 16) & 1u);  // ties go to the even neighbour
+  return static_cast<std::uint16_t>((u + bias) >> 16);
+}
+
+float bf16_value(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+std::uint8_t e4m3_bits(double x) {
+  if (std::isnan(x)) return 0x7F;
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const double a = std::fabs(x);
+  if (a >= kE4m3Max) return sign | 0x7E;  // satfinite; nothing below 448 rounds past it
+  if (a < 0x1p-6) {
+    // Subnormals: value = m * 2^-9, m in 0..7; m == 8 is the smallest normal, same bits.
+    const double m = std::nearbyint(a * 0x1p9);  // exact scaling; default mode is to-nearest-even
+    return sign | static_cast<std::uint8_t>(m);
+  }
+  int k = 0;
+  std::frexp(a, &k);  // a = f * 2^k, f in [0.5, 1)
+  int e = k - 1;
+  double m = std::nearbyint((std::ldexp(a, -e) - 1.0) * 8.0);
+  if (m == 8.0) {
+    m = 0.0;
+    ++e;
+  }
+  return sign | static_cast<std::uint8_t>(((e + 7) << 3) | static_cast<int>(m));
+}
+
+double e4m3_value(std::uint8_t bits) {
+  const int e = (bits >> 3) & 0xF;
+  const int m = bits & 0x7;
+  if (e == 0xF && m == 0x7) return std::numeric_limits<double>::quiet_NaN();
+  const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (bits & 0x80) ? -mag : mag;
+}
+
+double e4m3_quantum(double x) {
+  const double a = std::fabs(x);
+  if (a < 0x1p-6) return 0x1p-9;
+  int k = 0;
+  std::frexp(std::min(a, kE4m3Max), &k);
+  return std::ldexp(1.0, k - 1 - 3);
+}
+
+int ue8m0_exponent(double amax) {
+  const double a = std::max(amax, static_cast<double>(kIndexerAmaxFloor));
+  if (!std::isfinite(a)) return 127;  // only garbage (padded) rows get here
+  int k = 0;
+  std::frexp(a, &k);  // a < 2^k, and 448 * 2^(k-9) = 1.75 * 2^(k-1)
+  int e = k - 10;
+  while (std::ldexp(kE4m3Max, e) < a) ++e;
+  return e;
+}
+
+double ue8m0_scale(double amax) {
+  return std::ldexp(1.0, ue8m0_exponent(amax));
+}
+
+Fp8Block quantize_ue8m0(std::span<const double> x) {
+  double amax = 0.0;
+  for (double v : x) amax = std::max(amax, std::fabs(v));
+  Fp8Block b;
+  b.scale = ue8m0_scale(amax);
+  b.codes.resize(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) b.codes[i] = e4m3_bits(x[i] / b.scale);
+  return b;
+}
+
+float ds_mla_tile_scale(double amax) {
+  return std::max(static_cast<float>(amax) / 448.0f, FLT_MIN);
+}
+
+std::vector<double> ds_mla_roundtrip(std::span<const double> latent) {
+  std::vector<double> out(latent.size());
+  for (std::size_t t0 = 0; t0 < latent.size(); t0 += kDsMlaTile) {
+    const std::size_t t1 = std::min(latent.size(), t0 + kDsMlaTile);
+    double amax = 0.0;
+    for (std::size_t i = t0; i < t1; ++i) amax = std::max(amax, std::fabs(latent[i]));
+    const float s = ds_mla_tile_scale(amax);
+    for (std::size_t i = t0; i < t1; ++i) {
+      const float q = static_cast<float>(e4m3_value(e4m3_bits(static_cast<float>(latent[i]) / s)));
+      out[i] = q * s;
+    }
+  }
+  return out;
+}
+
+}  // namespace dsv32

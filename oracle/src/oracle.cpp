@@ -1,0 +1,482 @@
+#include "dsv32/oracle/oracle.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/rng.hpp"
+#include "parallel.hpp"
+
+namespace dsv32 {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+using ConstMap = Eigen::Map<const Mat>;
+using RowSpan = std::span<double>;
+
+void rmsnorm_rows(Mat& out, const Eigen::Ref<const Mat>& x, const Vec& g, double eps) {
+  out.resize(x.rows(), x.cols());
+  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+    const double inv =
+        1.0 / std::sqrt(x.row(r).squaredNorm() / static_cast<double>(x.cols()) + eps);
+    out.row(r) = (x.row(r).array() * inv) * g.transpose().array();
+  }
+}
+
+/// Rows [0, Ta) of m as a tensor of shape (Ta, tail...).
+Tensor stage(const char* name, const Mat& m, int Ta, std::vector<std::int64_t> tail, DType dt) {
+  std::vector<std::int64_t> shape{Ta};
+  shape.insert(shape.end(), tail.begin(), tail.end());
+  std::vector<double> data(m.data(), m.data() + static_cast<std::ptrdiff_t>(Ta) * m.cols());
+  return Tensor::from(name, std::move(shape), std::move(data), dt);
+}
+
+RowSpan row_span(Mat& m, Eigen::Index r, Eigen::Index c0, Eigen::Index n) {
+  return RowSpan(&m(r, c0), static_cast<std::size_t>(n));
+}
+
+/// Attributes the wall time since the previous lap to the op just finished.
+class Laps {
+ public:
+  explicit Laps(Profile* p) : p_(p), t_(std::chrono::steady_clock::now()) {}
+  void operator()(std::string_view op) {
+    if (!p_) return;
+    const auto now = std::chrono::steady_clock::now();
+    p_->add(op, std::chrono::duration<double>(now - t_).count());
+    t_ = now;
+  }
+
+ private:
+  Profile* p_;
+  std::chrono::steady_clock::time_point t_;
+};
+
+}  // namespace
+
+void Profile::add(std::string_view op, double s) {
+  for (auto& [name, sec] : seconds)
+    if (name == op) {
+      sec += s;
+      return;
+    }
+  seconds.emplace_back(std::string(op), s);
+}
+
+double Profile::get(std::string_view op) const {
+  for (const auto& [name, sec] : seconds)
+    if (name == op) return sec;
+  return 0.0;
+}
+
+void Oracle::synthesize_context(const StepInput& in, std::uint64_t seed) {
+  const int L = cfg_.kv_lora_rank, E = cfg_.kv_entry_dim(), dI = cfg_.index_head_dim;
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    LayerCache& c = caches_[l];
+    const rng::Stream s(seed, "context/layer" + std::to_string(l));
+    for (std::size_t r = 0; r < in.requests.size(); ++r) {
+      const int ctx = in.requests[r].ctx;
+#pragma omp parallel for schedule(static)
+      for (int p = 0; p < ctx; ++p) {
+        const std::int64_t slot = in.slot_of(static_cast<int>(r), p, cfg_.block_size);
+        const std::uint64_t base = static_cast<std::uint64_t>(slot) * (E + dI + 1);
+        for (int i = 0; i < E; ++i) {
+          const double v = 2.0 * s.symmetric(base + i);
+          c.kv(slot, i) = rounds_bf16() || i >= L ? round_bf16(v) : v;
+        }
+        if (!cfg_.is_full_layer(l)) continue;
+        for (int i = 0; i < dI; ++i)
+          c.index_k(slot, i) = round_e4m3(448.0 * s.symmetric(base + E + i));
+        c.index_scale[slot] = ue8m0_scale(4.0 * s.uniform(base + E + dI));
+      }
+    }
+  }
+}
+
+std::string_view to_string(Mode m) {
+  return m == Mode::exact ? "exact" : "emulated";
+}
+
+const std::vector<std::string>& layer_stage_names() {
+  static const std::vector<std::string> names{"q_c",  "c",        "kR",  "ql",       "qR",
+                                              "qI8",  "qI_scale", "kI8", "kI_scale", "omega",
+                                              "topk", "olat",     "lse", "o",        "y"};
+  return names;
+}
+
+bool is_indexer_stage(std::string_view n) {
+  return n == "qI8" || n == "qI_scale" || n == "kI8" || n == "kI_scale" || n == "omega";
+}
+
+DType storage_dtype(const Config& cfg, std::string_view s) {
+  if (s == "topk") return DType::int32;
+  if (s == "qI8" || s == "kI8") return DType::float8_e4m3fn;
+  if (s == "qI_scale" || s == "kI_scale" || s == "omega" || s == "lse") return DType::float32;
+  return cfg.precision == Precision::bf16 ? DType::bfloat16 : DType::float32;
+}
+
+const Tensor* LayerTrace::find(std::string_view name) const {
+  for (const Tensor& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const Tensor& LayerTrace::at(std::string_view name) const {
+  if (const Tensor* t = find(name)) return *t;
+  throw std::out_of_range("trace has no stage '" + std::string(name) + "'");
+}
+
+TopkRows topk_rows(const LayerTrace& lt) {
+  const Tensor& t = lt.at("topk");
+  TopkRows m(t.shape.at(0), t.shape.at(1));
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<int>(t.data[i]);
+  return m;
+}
+
+StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace) {
+  StepOptions o;
+  o.topk_override.resize(cfg.num_layers);
+  for (int l = 0; l < cfg.num_layers; ++l)
+    if (cfg.is_full_layer(l)) o.topk_override[l] = topk_rows(trace.layers.at(l));
+  return o;
+}
+
+std::vector<int> select_topk(const std::vector<double>& scores, int K) {
+  const int n = static_cast<int>(scores.size());
+  std::vector<int> out(K, -1);
+  if (n <= K) {
+    for (int j = 0; j < n; ++j) out[j] = j;
+    return out;
+  }
+  for (int j = 0; j < n; ++j)
+    if (std::isnan(scores[j]))
+      throw std::runtime_error("select_topk: NaN index score at position " + std::to_string(j));
+  std::vector<int> idx(n);
+  for (int j = 0; j < n; ++j) idx[j] = j;
+  const auto better = [&](int a, int b) {
+    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+  };
+  std::nth_element(idx.begin(), idx.begin() + K, idx.end(), better);
+  std::sort(idx.begin(), idx.begin() + K);
+  std::copy(idx.begin(), idx.begin() + K, out.begin());
+  return out;
+}
+
+Oracle::Oracle(Config cfg, std::shared_ptr<const Weights> weights, Mode mode, int num_blocks)
+    : cfg_(std::move(cfg)),
+      w_(std::move(weights)),
+      mode_(mode),
+      num_blocks_(num_blocks),
+      rope_(cfg_) {
+  cfg_.validate();
+  if (!w_) throw std::invalid_argument("oracle: no weights");
+  w_->check_shapes(cfg_);
+  if (num_blocks < 1) throw std::invalid_argument("oracle: num_blocks must be >= 1");
+  const Eigen::Index slots = static_cast<Eigen::Index>(num_blocks) * cfg_.block_size;
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    LayerCache c;
+    c.kv = Mat::Constant(slots, cfg_.kv_entry_dim(), kNaN);  // unreferenced slots stay NaN
+    if (cfg_.is_full_layer(l)) {
+      c.index_k = Mat::Constant(slots, cfg_.index_head_dim, kNaN);
+      c.index_scale = Vec::Constant(slots, kNaN);
+    }
+    caches_.push_back(std::move(c));
+  }
+}
+
+StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
+  const Config& c = cfg_;
+  const int T = in.capture_size, Ta = in.num_tokens;
+  if (static_cast<int>(in.positions.size()) != T || in.hidden.rows() != T)
+    throw ScenarioError("step input is not derived: call StepInput::derive() first");
+  const int D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank, L = c.kv_lora_rank;
+  const int dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const int dq = dn + dr, HI = c.index_n_heads, dI = c.index_head_dim, K = c.index_topk;
+  const int B = c.block_size;
+  const double sigma = c.softmax_scale();
+  const double eps = c.rms_norm_eps;
+  const bool round = rounds_bf16();
+  const auto store = [round](Mat& m) {
+    if (round) m = m.unaryExpr([](double v) { return round_bf16(v); });
+  };
+  const auto dtype = [&](const char* s) {
+    return mode_ == Mode::exact && std::string_view(s) != "topk" ? DType::float64
+                                                                 : storage_dtype(c, s);
+  };
+  const RopeLayout index_layout =
+      c.indexer_rope == IndexerRope::neox ? RopeLayout::neox : RopeLayout::interleaved;
+
+  for (std::int64_t s : in.slots)
+    if (s >= static_cast<std::int64_t>(num_blocks_) * B)
+      throw ScenarioError("slot " + std::to_string(s) + " outside the cache");
+
+  Mat h = in.hidden;
+  TopkRows topk = TopkRows::Constant(T, K, -1);  // the buffer shared by the layers of a forward
+  StepTrace trace;
+  Laps lap(opts.profile);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = w_->layers[l];
+    LayerCache& cache = caches_[l];
+    LayerTrace lt;
+    const auto keep = [&](const char* name, const Mat& m, std::vector<std::int64_t> tail) {
+      lt.tensors.push_back(stage(name, m, Ta, std::move(tail), dtype(name)));
+    };
+
+    // input_norm, qkv_a_proj
+    Mat x;
+    rmsnorm_rows(x, h, lw.g_in, eps);
+    store(x);
+    lap("input_norm");
+    Mat qkv;
+    qkv.noalias() = x * lw.w_qkv_a.transpose();
+    store(qkv);
+    lap("qkv_a_proj");
+
+    // norm_rope_cache: q_c, c, kR and the cache insert (padded rows, slot < 0, skipped)
+    Mat q_c, lat;
+    rmsnorm_rows(q_c, qkv.leftCols(Rq), lw.g_q, eps);
+    store(q_c);
+    rmsnorm_rows(lat, qkv.middleCols(Rq, L), lw.g_kv, eps);
+    Mat kR = qkv.rightCols(dr);
+    for (int t = 0; t < T; ++t)
+      rope_.apply(row_span(kR, t, 0, dr), in.positions[t], RopeLayout::interleaved);
+    store(kR);
+    if (c.kv_cache == KvCache::fp8_ds_mla) {
+      for (int t = 0; t < T; ++t) {
+        if (in.slots[t] < 0) continue;
+        const std::vector<double> back = ds_mla_roundtrip(row_span(lat, t, 0, L));
+        std::copy(back.begin(), back.end(), &lat(t, 0));
+      }
+    }
+    store(lat);
+    for (int t = 0; t < T; ++t) {
+      if (in.slots[t] < 0) continue;
+      cache.kv.row(in.slots[t]) << lat.row(t), kR.row(t);
+    }
+    Mat c_read(Ta, L);
+    for (int t = 0; t < Ta; ++t) c_read.row(t) = cache.kv.row(in.slots[t]).head(L);
+    keep("q_c", q_c, {Rq});
+    keep("c", c_read, {L});
+    keep("kR", kR, {dr});
+    lap("norm_rope_cache");
+
+    // q_b_proj, uk_absorb, fused_q (MLA part)
+    Mat q;
+    q.noalias() = q_c * lw.w_q_b.transpose();
+    store(q);
+    lap("q_b_proj");
+    Mat ql(T, static_cast<Eigen::Index>(H) * L), qR(T, static_cast<Eigen::Index>(H) * dr);
+    for (int hh = 0; hh < H; ++hh) {
+      const auto w_uk = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv), dn);
+      ql.middleCols(static_cast<Eigen::Index>(hh) * L, L).noalias() =
+          q.middleCols(static_cast<Eigen::Index>(hh) * dq, dn) * w_uk;
+    }
+    store(ql);
+    lap("uk_absorb");
+    for (int hh = 0; hh < H; ++hh) {
+      qR.middleCols(static_cast<Eigen::Index>(hh) * dr, dr) =
+          q.middleCols(static_cast<Eigen::Index>(hh) * dq + dn, dr);
+      for (int t = 0; t < T; ++t)
+        rope_.apply(row_span(qR, t, static_cast<Eigen::Index>(hh) * dr, dr), in.positions[t],
+                    RopeLayout::interleaved);
+    }
+    store(qR);
+    lap("fused_q");
+    keep("ql", ql, {H, L});
+    keep("qR", qR, {H, dr});
+
+    // Indexer (F layers): indexer_wk_proj, norm_rope_cache's kI part, indexer_wq_b, fused_q's
+    // qI part, indexer_topk.
+    if (c.is_full_layer(l)) {
+      const IndexerWeights& iw = *lw.indexer;
+      Mat qI, kraw, wts;
+      kraw.noalias() = x * iw.w_k.transpose();
+      store(kraw);
+      wts.noalias() = x * iw.w_w.transpose();
+      store(wts);
+      lap("indexer_wk_proj");
+      qI.noalias() = q_c * iw.w_q_b.transpose();
+      store(qI);
+      lap("indexer_wq_b");
+      const auto rotate_quantize = [&](RowSpan v, int pos, double& scale) {
+        rope_.apply(v.first(dr), pos, index_layout);
+        if (c.hadamard == Hadamard::on) hadamard_transform(v);
+        const Fp8Block b = quantize_ue8m0(v);
+        for (int i = 0; i < dI; ++i) v[i] = e4m3_value(b.codes[i]);
+        scale = b.scale;
+      };
+      Mat kI(T, dI);
+      Vec kscale(T);
+      for (int t = 0; t < T; ++t) {
+        const auto r = kraw.row(t).array();
+        const double mean = r.mean();
+        const double var = (r - mean).square().mean();
+        kI.row(t) =
+            ((r - mean) / std::sqrt(var + c.indexer_norm_eps)) * iw.g_k.transpose().array() +
+            iw.b_k.transpose().array();
+        rotate_quantize(row_span(kI, t, 0, dI), in.positions[t], kscale[t]);
+        if (in.slots[t] < 0) continue;
+        cache.index_k.row(in.slots[t]) = kI.row(t);
+        cache.index_scale[in.slots[t]] = kscale[t];
+      }
+      lap("norm_rope_cache");
+      Mat qscale(T, HI), omega(T, HI);
+      const double head_norm = 1.0 / std::sqrt(static_cast<double>(dI) * HI);
+      for (int t = 0; t < T; ++t)
+        for (int hh = 0; hh < HI; ++hh) {
+          rotate_quantize(row_span(qI, t, static_cast<Eigen::Index>(hh) * dI, dI), in.positions[t],
+                          qscale(t, hh));
+          omega(t, hh) = wts(t, hh) * qscale(t, hh) * head_norm;
+        }
+      lap("fused_q");
+      keep("qI8", qI, {HI, dI});
+      keep("qI_scale", qscale, {HI});
+      keep("kI8", kI, {dI});
+      keep("kI_scale", Mat(Eigen::Map<const Mat>(kscale.data(), T, 1)), {});
+      keep("omega", omega, {HI});
+
+      topk.setConstant(-1);  // clear rows [0, T), then write rows [0, Ta)
+      const std::optional<TopkRows>* ov =
+          static_cast<int>(opts.topk_override.size()) > l ? &opts.topk_override[l] : nullptr;
+      if (ov && ov->has_value()) {
+        const TopkRows& o = **ov;
+        if (o.rows() != Ta || o.cols() != K)
+          throw std::invalid_argument("topk override for layer " + std::to_string(l) +
+                                      " has the wrong shape");
+        for (int t = 0; t < Ta; ++t)
+          for (int k = 0; k < K; ++k)
+            if (o(t, k) < -1 || o(t, k) > in.positions[t])
+              throw std::invalid_argument("topk override layer " + std::to_string(l) + " row " +
+                                          std::to_string(t) + ": index " + std::to_string(o(t, k)) +
+                                          " outside [-1, p(t)]");
+        topk.topRows(Ta) = o;
+      } else {
+        const int R = static_cast<int>(in.requests.size());
+        detail::parallel_for(R, [&](int r) {
+          const RequestStep& rq = in.requests[r];
+          const int seq = rq.seq_len(), t0 = in.token_start[r];
+          Mat keys(seq, dI);
+          Vec ks(seq);
+          for (int j = 0; j < seq; ++j) {
+            const std::int64_t s = in.slot_of(r, j, B);
+            keys.row(j) = cache.index_k.row(s);
+            ks[j] = cache.index_scale[s];
+          }
+          const ConstMap qs(&qI(t0, 0), static_cast<Eigen::Index>(rq.q) * HI, dI);
+          Mat dots;
+          dots.noalias() = qs * keys.transpose();
+          for (int i = 0; i < rq.q; ++i) {
+            const int t = t0 + i, p = rq.ctx + i;
+            std::vector<double> scores(p + 1);
+            for (int j = 0; j <= p; ++j) {
+              double acc = 0.0;
+              for (int hh = 0; hh < HI; ++hh)
+                acc +=
+                    omega(t, hh) * std::max(dots(static_cast<Eigen::Index>(i) * HI + hh, j), 0.0);
+              scores[j] = ks[j] * acc;
+            }
+            const std::vector<int> sel = select_topk(scores, K);
+            for (int k = 0; k < K; ++k) topk(t, k) = sel[k];
+          }
+        });
+      }
+    }
+    Mat topk_d = topk.cast<double>();
+    keep("topk", topk_d, {K});
+    lap("indexer_topk");
+
+    // sparse_mqa over the selected sets, reading the cache
+    Mat olat = Mat::Zero(T, static_cast<Eigen::Index>(H) * L);
+    Mat lse = Mat::Constant(T, H, -std::numeric_limits<double>::infinity());
+    detail::parallel_for(Ta, [&](int t) {
+      const int r = in.request_of_token[t];
+      std::vector<int> sel;
+      for (int k = 0; k < K; ++k)
+        if (topk(t, k) >= 0) sel.push_back(topk(t, k));
+      if (sel.empty()) return;
+      const Eigen::Index n = static_cast<Eigen::Index>(sel.size());
+      Mat kc(n, L + dr);
+      for (Eigen::Index j = 0; j < n; ++j) kc.row(j) = cache.kv.row(in.slot_of(r, sel[j], B));
+      Mat qt(H, L + dr);
+      qt.leftCols(L) = ConstMap(&ql(t, 0), H, L);
+      qt.rightCols(dr) = ConstMap(&qR(t, 0), H, dr);
+      Mat z;
+      z.noalias() = (qt * kc.transpose()) * sigma;
+      Vec denom(H);
+      for (int hh = 0; hh < H; ++hh) {
+        const double m = z.row(hh).maxCoeff();
+        z.row(hh) = (z.row(hh).array() - m).exp();
+        denom[hh] = z.row(hh).sum();
+        lse(t, hh) = m + std::log(denom[hh]);
+      }
+      if (round) z = z.unaryExpr([](double v) { return round_bf16(v); });  // P in bf16 before P*V
+      Mat ot;
+      ot.noalias() = z * kc.leftCols(L);
+      ot.array().colwise() /= denom.array();
+      Eigen::Map<Mat>(&olat(t, 0), H, L) = ot;
+    });
+    store(olat);
+    keep("olat", olat, {H, L});
+    keep("lse", lse, {H});
+    lap("sparse_mqa");
+
+    // uv_proj, o_proj, residual_add
+    Mat o(T, static_cast<Eigen::Index>(H) * dv);
+    for (int hh = 0; hh < H; ++hh) {
+      const auto w_uv = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv) + dn, dv);
+      o.middleCols(static_cast<Eigen::Index>(hh) * dv, dv).noalias() =
+          olat.middleCols(static_cast<Eigen::Index>(hh) * L, L) * w_uv.transpose();
+    }
+    store(o);
+    lap("uv_proj");
+    Mat y;
+    y.noalias() = o * lw.w_o.transpose();
+    store(y);
+    lap("o_proj");
+    keep("o", o, {static_cast<std::int64_t>(H) * dv});
+    keep("y", y, {D});
+    h += y;
+    store(h);
+    lap("residual_add");
+    trace.layers.push_back(std::move(lt));
+  }
+  trace.output = stage("output", h, Ta, {D}, dtype("output"));
+  return trace;
+}
+
+Oracle::IndexScores Oracle::index_scores(int layer, const StepInput& in, const LayerTrace& lt,
+                                         int t) const {
+  const LayerCache& cache = caches_.at(layer);
+  if (!cfg_.is_full_layer(layer)) throw std::invalid_argument("index_scores: layer is not F");
+  const int HI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
+  const Tensor& q8 = lt.at("qI8");
+  const Tensor& om = lt.at("omega");
+  const int r = in.request_of_token.at(t), p = in.positions[t];
+  IndexScores out;
+  out.score.assign(p + 1, 0.0);
+  out.abs_terms.assign(p + 1, 0.0);
+  for (int j = 0; j <= p; ++j) {
+    const std::int64_t s = in.slot_of(r, j, cfg_.block_size);
+    double acc = 0.0, abs_acc = 0.0;
+    for (int hh = 0; hh < HI; ++hh) {
+      double dot = 0.0, abs_dot = 0.0;
+      for (int i = 0; i < dI; ++i) {
+        const double term =
+            q8.data[(static_cast<std::size_t>(t) * HI + hh) * dI + i] * cache.index_k(s, i);
+        dot += term;
+        abs_dot += std::fabs(term);
+      }
+      const double w = om.data[static_cast<std::size_t>(t) * HI + hh];
+      acc += w * std::max(dot, 0.0);
+      abs_acc += std::fabs(w) * abs_dot;
+    }
+    out.score[j] = cache.index_scale[s] * acc;
+    out.abs_terms[j] = cache.index_scale[s] * abs_acc;
+  }
+  return out;
+}
+
+}  // namespace dsv32

@@ -1,0 +1,108 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dsv32/oracle/compare.hpp"
+#include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/rng.hpp"
+
+namespace dsv32 {
+namespace {
+
+Tensor random_tensor(const char* name, int n, std::uint64_t seed, double scale = 1.0) {
+  const rng::Stream s(seed, name);
+  std::vector<double> d(n);
+  for (int i = 0; i < n; ++i) d[i] = scale * s.symmetric(i);
+  return Tensor::from(name, {n}, d, DType::float64);
+}
+
+Tensor rounded(Tensor t, DType dt) {
+  for (double& v : t.data) v = round_to(dt, v);
+  return t;
+}
+
+TEST(Compare, Bf16GatePassesRoundingAndFailsABug) {
+  const Tensor t0 = random_tensor("y", 4096, 1);
+  const Tensor t1 = rounded(t0, DType::bfloat16);
+  EXPECT_TRUE(compare_bf16(t1, t0, t1, DType::bfloat16).pass);
+  Tensor bug = t1;
+  bug.data[1234] += 0.05;
+  const CompareResult r = compare_bf16(bug, t0, t1, DType::bfloat16);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.first_bad, 1234);
+  EXPECT_EQ(r.count_over, 1);
+  EXPECT_NE(r.summary().find("first bad flat 1234"), std::string::npos);
+}
+
+TEST(Compare, NanNeverPasses) {
+  const Tensor t0 = random_tensor("y", 256, 2);
+  Tensor got = t0;
+  got.data[7] = std::nan("");
+  EXPECT_FALSE(compare_bf16(got, t0, t0, DType::bfloat16).pass);
+  EXPECT_FALSE(compare_fp32(got, t0, 64).pass);
+  EXPECT_FALSE(compare_abs(got, t0, 1e9).pass);
+  // The same anomaly at the same place in both is not a mismatch.
+  Tensor both = t0;
+  both.data[7] = std::nan("");
+  EXPECT_TRUE(compare_abs(both, both, 0.0).pass);
+}
+
+TEST(Compare, VacuousGatesAreRefused) {
+  const Tensor t0 = random_tensor("y", 256, 3);
+  const Tensor far = random_tensor("y", 256, 4);  // unrelated "T1": 2 max|T1-T0| ~ 4
+  const CompareResult r = compare_bf16(t0, t0, far, DType::bfloat16);
+  EXPECT_TRUE(r.refused);
+  EXPECT_FALSE(r.pass);
+  const Tensor zero = Tensor::from("z", {4}, {0, 0, 0, 0}, DType::float64);
+  EXPECT_TRUE(compare_fp32(zero, zero, 16).refused);
+  EXPECT_TRUE(compare_abs(random_tensor("y", 3, 1), t0, 0).refused);  // shape mismatch
+}
+
+TEST(Compare, Fp32GateUsesGammaOfTheLongestDot) {
+  EXPECT_NEAR(gamma_fp32(1024), 1024 * 0x1p-24 / (1 - 1024 * 0x1p-24), 1e-18);
+  const Tensor t0 = random_tensor("y", 1000, 5);
+  const Tensor f = rounded(t0, DType::float32);
+  EXPECT_TRUE(compare_fp32(f, t0, 64).pass);
+  Tensor off = f;
+  off.data[3] *= 1 + 1e-4;
+  EXPECT_FALSE(compare_fp32(off, t0, 64).pass);
+}
+
+TEST(Compare, QuantizedValuesWithinOneQuantumAndLegalScaleFlips) {
+  // Two blocks of 4: same scales, one element off by one code.
+  const Tensor vals =
+      Tensor::from("kI8", {2, 4}, {1, 2, 3, 448, -4, 5, 6, 6.5}, DType::float8_e4m3fn);
+  const Tensor sc = Tensor::from("kI_scale", {2}, {0.25, 0.5}, DType::float32);
+  Tensor v2 = vals;
+  v2.data[5] = 5.5;  // adjacent e4m3 code
+  EXPECT_TRUE(compare_quantized(v2, sc, vals, sc, 4).pass);
+  v2.data[5] = 6.5;  // two codes away
+  EXPECT_FALSE(compare_quantized(v2, sc, vals, sc, 4).pass);
+  // Block 0 amax = 448 * 0.25 = 112 = 448 * 2^-2: a power-of-two boundary, a 2x flip is legal.
+  const Tensor sc2 = Tensor::from("kI_scale", {2}, {0.5, 0.5}, DType::float32);
+  const Tensor half =
+      Tensor::from("kI8", {2, 4}, {0.5, 1, 1.5, 224, -4, 5, 6, 6.5}, DType::float8_e4m3fn);
+  const CompareResult r = compare_quantized(half, sc2, vals, sc, 4);
+  EXPECT_TRUE(r.pass) << r.summary();
+  EXPECT_NE(r.note.find("2x"), std::string::npos);
+  // Block 1 amax = 6.5 * 0.5: no boundary, a 2x flip is illegal.
+  const Tensor sc3 = Tensor::from("kI_scale", {2}, {0.25, 1.0}, DType::float32);
+  const Tensor v3 =
+      Tensor::from("kI8", {2, 4}, {1, 2, 3, 448, -2, 2.5, 3, 3.25}, DType::float8_e4m3fn);
+  EXPECT_FALSE(compare_quantized(v3, sc3, vals, sc, 4).pass);
+}
+
+TEST(TopkCheck, AcceptsValidRowsAndNamesWhatIsWrong) {
+  const std::vector<double> s{0.1, 0.9, 0.5, 0.7, 0.2};
+  EXPECT_NE(check_topk_row({1, 0, -1}, {0.1, 0.9}, 3, 0).find("in order"), std::string::npos);
+  EXPECT_EQ(check_topk_row({0, 1, -1}, {0.1, 0.9}, 3, 0), "");
+  EXPECT_EQ(check_topk_row({3, 1}, s, 2, 0), "");
+  EXPECT_NE(check_topk_row({1, 2}, s, 2, 0).find("worse than unchosen 3"), std::string::npos);
+  EXPECT_EQ(check_topk_row({1, 2}, s, 2, 0.25), "");  // within eps: a legal near-tie swap
+  EXPECT_NE(check_topk_row({1, 1}, s, 2, 0).find("twice"), std::string::npos);
+  EXPECT_NE(check_topk_row({1, 7}, s, 2, 0).find("outside"), std::string::npos);
+  EXPECT_NE(check_topk_row({0, 1, 5}, {0.1, 0.9}, 3, 0).find("expected -1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dsv32

@@ -1,0 +1,49 @@
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/rng.hpp"
+#include "support/gpu.hpp"
+
+namespace dsv32 {
+namespace {
+
+std::vector<float> probe_values() {
+  std::vector<float> xs;
+  const std::uint32_t lows[] = {0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
+  for (std::uint32_t hi = 0; hi < 0x10000; ++hi)
+    for (std::uint32_t lo : lows) xs.push_back(std::bit_cast<float>((hi << 16) | lo));
+  const rng::Stream s(9, "gpu-probe");
+  for (std::uint64_t i = 0; i < 100000; ++i)
+    xs.push_back(
+        static_cast<float>(std::ldexp(s.symmetric(i), static_cast<int>(s.below(i + 7, 30)) - 15)));
+  return xs;
+}
+
+TEST(GpuNumerics, Bf16ConversionIsBitExactWithTheOracle) {
+  DSV32_REQUIRE_GPU();
+  const std::vector<float> xs = probe_values();
+  const std::vector<std::uint16_t> dev = gpu::device_bf16_bits(xs);
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    ASSERT_EQ(dev[i], bf16_bits(xs[i]))
+        << "x bits 0x" << std::hex << std::bit_cast<std::uint32_t>(xs[i]);
+}
+
+TEST(GpuNumerics, E4m3ConversionIsBitExactWithTheOracle) {
+  DSV32_REQUIRE_GPU();
+  const std::vector<float> xs = probe_values();
+  const std::vector<std::uint8_t> dev = gpu::device_e4m3_bits(xs);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (std::isnan(xs[i])) {
+      ASSERT_EQ(dev[i] & 0x7F, 0x7F) << "NaN must stay NaN";
+      continue;
+    }
+    ASSERT_EQ(dev[i], e4m3_bits(xs[i])) << "x = " << xs[i];
+  }
+}
+
+}  // namespace
+}  // namespace dsv32

@@ -1,0 +1,210 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/rope.hpp"
+#include "support/oracle_fixture.hpp"
+
+namespace dsv32 {
+namespace {
+
+using testing::max_diff;
+using testing::Rig;
+
+Mat rows_of(const Tensor& t, int r0, int n, int width) {
+  Mat m(n, width);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < width; ++j) m(i, j) = t.data[static_cast<std::size_t>(r0 + i) * width + j];
+  return m;
+}
+
+Mat rmsnorm(const Mat& x, const Vec& g, double eps) {
+  Mat out(x.rows(), x.cols());
+  for (Eigen::Index r = 0; r < x.rows(); ++r)
+    out.row(r) = x.row(r).array() /
+                 std::sqrt(x.row(r).squaredNorm() / static_cast<double>(x.cols()) + eps) *
+                 g.transpose().array();
+  return out;
+}
+
+TEST(Oracle, HandComputedNormsOnSmallIntegers) {
+  Mat x(1, 2);
+  x << 3, 4;
+  Vec g(2);
+  g << 1, 2;
+  const Mat y = rmsnorm(x, g, 0.0);
+  EXPECT_DOUBLE_EQ(y(0, 0), 3 / std::sqrt(12.5));
+  EXPECT_DOUBLE_EQ(y(0, 1), 8 / std::sqrt(12.5));
+}
+
+// The first token of a request attends to itself only: every stage follows from its inputs in
+// closed form (softmax over one key is 1, so olat = c and lse = z).
+TEST(Oracle, FirstTokenStagesFollowFromTheirInputs) {
+  Rig rig(preset("tiny"), 1);
+  const Config& c = rig.cfg;
+  const StepTrace tr = rig.run({{0, 1}});
+  const LayerTrace& lt = tr.layers[0];
+  const LayerWeights& w = rig.weights->layers[0];
+  const int L = c.kv_lora_rank, H = c.num_heads, dr = c.qk_rope_head_dim, dn = c.qk_nope_head_dim,
+            dv = c.v_head_dim;
+  const Mat x = rmsnorm(rig.last.hidden.topRows(1), w.g_in, c.rms_norm_eps);
+  const Mat qkv = x * w.w_qkv_a.transpose();
+  const Mat q_c = rmsnorm(qkv.leftCols(c.q_lora_rank), w.g_q, c.rms_norm_eps);
+  const Mat lat = rmsnorm(qkv.middleCols(c.q_lora_rank, L), w.g_kv, c.rms_norm_eps);
+  EXPECT_LT((rows_of(lt.at("q_c"), 0, 1, c.q_lora_rank) - q_c).cwiseAbs().maxCoeff(), 1e-13);
+  EXPECT_LT((rows_of(lt.at("c"), 0, 1, L) - lat).cwiseAbs().maxCoeff(), 1e-13);
+  // Position 0: RoPE is the identity.
+  EXPECT_LT((rows_of(lt.at("kR"), 0, 1, dr) - qkv.rightCols(dr)).cwiseAbs().maxCoeff(), 1e-13);
+  EXPECT_EQ(lt.at("topk").data[0], 0.0);
+  for (int k = 1; k < c.index_topk; ++k) EXPECT_EQ(lt.at("topk").data[k], -1.0);
+  const Mat q = q_c * w.w_q_b.transpose();
+  Mat o(1, H * dv);
+  for (int h = 0; h < H; ++h) {
+    const Mat w_uk = w.w_kv_b.middleRows(h * (dn + dv), dn);
+    const Mat w_uv = w.w_kv_b.middleRows(h * (dn + dv) + dn, dv);
+    const Mat ql = q.middleCols(h * (dn + dr), dn) * w_uk;
+    const double z = c.softmax_scale() *
+                     ((ql * lat.transpose())(0, 0) +
+                      (q.middleCols(h * (dn + dr) + dn, dr) * qkv.rightCols(dr).transpose())(0, 0));
+    EXPECT_NEAR(lt.at("lse").data[h], z, 1e-12) << "head " << h;
+    for (int j = 0; j < L; ++j) EXPECT_NEAR(lt.at("olat").data[h * L + j], lat(0, j), 1e-13);
+    o.middleCols(h * dv, dv) = lat * w_uv.transpose();
+  }
+  EXPECT_LT((rows_of(lt.at("o"), 0, 1, H * dv) - o).cwiseAbs().maxCoeff(), 1e-12);
+  const Mat y = o * w.w_o.transpose();
+  EXPECT_LT((rows_of(lt.at("y"), 0, 1, c.hidden_size) - y).cwiseAbs().maxCoeff(), 1e-12);
+  const Mat out = rig.last.hidden.topRows(1) + y;
+  EXPECT_LT((rows_of(tr.output, 0, 1, c.hidden_size) - out).cwiseAbs().maxCoeff(), 1e-12);
+}
+
+// Absorbed MQA (the oracle) equals the explicit MHA form k = W_UK c, v = W_UV c.
+TEST(Oracle, AbsorbedMqaEqualsExplicitMha) {
+  Config cfg = preset("tiny");
+  cfg.index_topk = 64;  // every causal position is selected: dense attention
+  Rig rig(cfg, 2);
+  const StepTrace tr = rig.run({{0, 9}});
+  const LayerTrace& lt = tr.layers[0];
+  const LayerWeights& w = rig.weights->layers[0];
+  const int T = 9, L = cfg.kv_lora_rank, H = cfg.num_heads, dr = cfg.qk_rope_head_dim,
+            dn = cfg.qk_nope_head_dim, dv = cfg.v_head_dim;
+  const Mat c = rows_of(lt.at("c"), 0, T, L), kR = rows_of(lt.at("kR"), 0, T, dr);
+  const Mat q = rows_of(lt.at("q_c"), 0, T, cfg.q_lora_rank) * w.w_q_b.transpose();
+  const Mat qR = rows_of(lt.at("qR"), 0, T, H * dr);
+  double worst = 0;
+  for (int h = 0; h < H; ++h) {
+    const Mat k = c * w.w_kv_b.middleRows(h * (dn + dv), dn).transpose();       // (T, dn)
+    const Mat v = c * w.w_kv_b.middleRows(h * (dn + dv) + dn, dv).transpose();  // (T, dv)
+    for (int t = 0; t < T; ++t) {
+      Eigen::VectorXd z(t + 1);
+      for (int j = 0; j <= t; ++j)
+        z[j] = cfg.softmax_scale() * (q.row(t).segment(h * (dn + dr), dn).dot(k.row(j)) +
+                                      qR.row(t).segment(h * dr, dr).dot(kR.row(j)));
+      const Eigen::ArrayXd p = (z.array() - z.maxCoeff()).exp();
+      const Eigen::RowVectorXd o = (p.matrix().transpose() * v.topRows(t + 1)) / p.sum();
+      for (int d = 0; d < dv; ++d)
+        worst = std::max(worst, std::abs(o[d] - lt.at("o").data[t * H * dv + h * dv + d]));
+    }
+  }
+  EXPECT_LT(worst, 1e-12);
+}
+
+TEST(Topk, TiesGoToTheSmallerPosition) {
+  std::vector<double> s{1.0, 5.0, 3.0, 5.0, 3.0, 3.0, 0.5};
+  EXPECT_EQ(select_topk(s, 3), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(select_topk(s, 4), (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(select_topk(s, 7), (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(select_topk({2.0, 1.0}, 4), (std::vector<int>{0, 1, -1, -1}));
+  // Tie stress: values that share all but the low bits, and exact ties across the whole row.
+  std::vector<double> t(100);
+  for (int j = 0; j < 100; ++j) t[j] = 1.0 + (j % 7 == 0 ? 0x1p-52 : 0.0);
+  const std::vector<int> sel = select_topk(t, 20);
+  std::vector<int> want;
+  for (int j = 0; j < 100; j += 7) want.push_back(j);
+  for (int j = 1; static_cast<int>(want.size()) < 20; ++j)
+    if (j % 7) want.push_back(j);
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(sel, want);
+  EXPECT_THROW(select_topk({1.0, std::nan(""), 2.0}, 1), std::runtime_error);
+}
+
+TEST(Oracle, LongContextSelectsTopKOfRealScores) {
+  Rig rig(preset("tiny"), 3);  // K = 8
+  rig.run({{0, 20}});
+  const StepTrace tr = rig.run({{0, 1}});  // p = 20 > K
+  const Tensor& topk = tr.layers[0].at("topk");
+  int valid = 0;
+  for (double v : topk.data) valid += v >= 0;
+  EXPECT_EQ(valid, 8);
+  EXPECT_NE(topk.data, (std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+TEST(Oracle, SharedLayersReuseTheFullLayersSets) {
+  Rig rig(preset("tiny-fs"), 4);  // FSF
+  rig.run({{0, 12}});
+  const StepTrace tr = rig.run({{0, 2}, {1, 11}});
+  EXPECT_EQ(tr.layers[1].at("topk").data, tr.layers[0].at("topk").data);
+  EXPECT_EQ(tr.layers[1].find("qI8"), nullptr);
+  EXPECT_NE(tr.layers[2].at("topk").data, tr.layers[0].at("topk").data);
+}
+
+TEST(Oracle, ExactAndEmulatedDifferBoundedInBf16AndNotAtAllInFp32) {
+  for (Precision p : {Precision::bf16, Precision::fp32}) {
+    Config cfg = preset("tiny-fs");
+    cfg.precision = p;
+    Rig ex(cfg, 5, Mode::exact), em(cfg, 5, Mode::emulated);
+    for (const auto& reqs : std::vector<std::vector<StepRequest>>{{{0, 6}}, {{0, 1}, {1, 4}}}) {
+      const StepTrace a = ex.run(reqs), b = em.run(reqs);
+      const double d = max_diff(a.output, b.output);
+      if (p == Precision::fp32) {
+        EXPECT_EQ(d, 0.0);
+      } else {
+        EXPECT_GT(d, 0.0);
+        EXPECT_LT(d, 0.1);
+      }
+    }
+  }
+}
+
+TEST(Oracle, PaddedRowsPoisonedWithNanOrHugeChangeNoRealRow) {
+  for (Poison pad : {Poison::nan, Poison::huge}) {
+    Rig plain(preset("tiny-fs"), 6), padded(preset("tiny-fs"), 6);
+    const StepTrace a = plain.run({{0, 3}, {1, 2}});
+    const StepTrace b = padded.run({{0, 3}, {1, 2}}, 8, pad);
+    EXPECT_LT(max_diff(a.output, b.output), 1e-12);
+    for (double v : b.output.data) EXPECT_TRUE(std::isfinite(v));
+  }
+}
+
+TEST(Oracle, Fp8LatentCacheStaysWithinItsQuantization) {
+  Config cfg = preset("tiny");
+  Rig bf(cfg, 7);
+  cfg.kv_cache = KvCache::fp8_ds_mla;
+  Rig f8(cfg, 7);
+  const StepTrace a = bf.run({{0, 5}}), b = f8.run({{0, 5}});
+  const double d = max_diff(a.layers[0].at("c"), b.layers[0].at("c"));
+  EXPECT_GT(d, 0.0);
+  EXPECT_LT(d, 0.1);
+}
+
+TEST(Scenario, BadMetadataIsRefusedWithAReason) {
+  const Config cfg = preset("tiny");
+  StepInput in;
+  in.requests = {{0, 0, 3, {1}}};
+  in.hidden = Mat::Zero(3, cfg.hidden_size);
+  EXPECT_NO_THROW(in.derive(cfg, 4));  // 3 tokens fit one block of 5
+  in.requests = {{0, 0, 3, {9}}};
+  try {
+    in.derive(cfg, 4);
+    FAIL() << "block id outside the cache was accepted";
+  } catch (const ScenarioError& e) {
+    EXPECT_NE(std::string(e.what()).find("block id 9"), std::string::npos);
+  }
+  in.requests = {{0, 0, 3, {1}}};
+  in.hidden(1, 2) = std::nan("");
+  EXPECT_THROW(in.derive(cfg, 4), ScenarioError);
+}
+
+}  // namespace
+}  // namespace dsv32

@@ -1,0 +1,24 @@
+// dsv32: the suite's command-line entry point (verdicts, goldens, diff, benchmarks).
+#include <fmt/core.h>
+
+#include <exception>
+
+#include "commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dsv32-oracle: DeepSeek-V3.2 attention oracle and boundary test suite"};
+  app.require_subcommand(1);
+  int exit_code = dsv32::tools::kExitPass;
+  dsv32::tools::add_selfcheck(app, exit_code);
+  dsv32::tools::add_bench_oracle(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : dsv32::tools::kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dsv32: error: {}\n", e.what());
+    return dsv32::tools::kExitUsage;
+  }
+  return exit_code;
+}

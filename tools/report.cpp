@@ -1,0 +1,49 @@
+#include "report.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace dsv32::tools {
+
+bool print_verdicts(const std::string& title, const std::vector<Verdict>& rows) {
+  std::size_t w0 = 5, w1 = 6;
+  for (const Verdict& v : rows)
+    w0 = std::max(w0, v.check.size()), w1 = std::max(w1, v.status.size());
+  fmt::print("\n{}\n", title);
+  fmt::print("{:<{}}  {:<{}}  {}\n", "check", w0, "status", w1, "detail");
+  fmt::print("{:-<{}}  {:-<{}}  {:-<6}\n", "", w0, "", w1, "");
+  bool ok = true;
+  for (const Verdict& v : rows) {
+    fmt::print("{:<{}}  {:<{}}  {}\n", v.check, w0, v.status, w1, v.detail);
+    ok = ok && v.status != "FAIL";
+  }
+  return ok;
+}
+
+void write_verdicts_json(const std::string& path, const std::string& title,
+                         const std::vector<Verdict>& rows) {
+  nlohmann::json j;
+  j["title"] = title;
+  bool ok = true;
+  for (const Verdict& v : rows) {
+    j["rows"].push_back({{"check", v.check}, {"status", v.status}, {"detail", v.detail}});
+    ok = ok && v.status != "FAIL";
+  }
+  j["pass"] = ok;
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+    f << j.dump(2) << "\n";
+    if (!f) throw std::runtime_error("write failed: " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace dsv32::tools

@@ -1,0 +1,22 @@
+// Verdict rows printed as a terminal table and written as JSON for CI.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dsv32::tools {
+
+/// One line of a verdict table.
+struct Verdict {
+  std::string check;   // what was checked
+  std::string status;  // "pass", "FAIL" or "not run"
+  std::string detail;  // numbers behind the status
+};
+
+/// Prints the table; returns true when no row failed.
+bool print_verdicts(const std::string& title, const std::vector<Verdict>& rows);
+/// Writes {"title":..., "rows":[...], "pass": bool} to path (temporary name, then rename).
+void write_verdicts_json(const std::string& path, const std::string& title,
+                         const std::vector<Verdict>& rows);
+
+}  // namespace dsv32::tools
