@@ -10,5 +10,7 @@ inline constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2;
 
 void add_selfcheck(CLI::App& app, int& exit_code);
 void add_bench_oracle(CLI::App& app, int& exit_code);
+void add_golden(CLI::App& app, int& exit_code);
+void add_diff(CLI::App& app, int& exit_code);
 
 }  // namespace dsv32::tools

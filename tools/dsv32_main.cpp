@@ -4,18 +4,26 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "dsv32/golden/h5.hpp"
+#include "dsv32/oracle/memory.hpp"
 
 int main(int argc, char** argv) {
+  dsv32::keep_freed_memory();
   CLI::App app{"dsv32-oracle: DeepSeek-V3.2 attention oracle and boundary test suite"};
   app.require_subcommand(1);
   int exit_code = dsv32::tools::kExitPass;
   dsv32::tools::add_selfcheck(app, exit_code);
+  dsv32::tools::add_golden(app, exit_code);
+  dsv32::tools::add_diff(app, exit_code);
   dsv32::tools::add_bench_oracle(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : dsv32::tools::kExitUsage;
+  } catch (const dsv32::h5::GoldenError& e) {
+    fmt::print(stderr, "dsv32: bad golden file: {}\n", e.what());
+    return dsv32::tools::kExitUsage;
   } catch (const std::exception& e) {
     fmt::print(stderr, "dsv32: error: {}\n", e.what());
     return dsv32::tools::kExitUsage;

@@ -269,11 +269,11 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     store(q);
     lap("q_b_proj");
     Mat ql(T, static_cast<Eigen::Index>(H) * L), qR(T, static_cast<Eigen::Index>(H) * dr);
-    for (int hh = 0; hh < H; ++hh) {
+    detail::parallel_for(H, [&](int hh) {  // one small GEMM per head: heads across threads
       const auto w_uk = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv), dn);
       ql.middleCols(static_cast<Eigen::Index>(hh) * L, L).noalias() =
           q.middleCols(static_cast<Eigen::Index>(hh) * dq, dn) * w_uk;
-    }
+    });
     store(ql);
     lap("uk_absorb");
     for (int hh = 0; hh < H; ++hh) {
@@ -370,14 +370,12 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
           dots.noalias() = qs * keys.transpose();
           for (int i = 0; i < rq.q; ++i) {
             const int t = t0 + i, p = rq.ctx + i;
+            // I(t, j) = kscale_j * sum_h omega[h] relu(qI8[h] . kI8_j), as one row-vector product.
+            const Eigen::RowVectorXd acc =
+                omega.row(t) *
+                dots.block(static_cast<Eigen::Index>(i) * HI, 0, HI, p + 1).cwiseMax(0.0);
             std::vector<double> scores(p + 1);
-            for (int j = 0; j <= p; ++j) {
-              double acc = 0.0;
-              for (int hh = 0; hh < HI; ++hh)
-                acc +=
-                    omega(t, hh) * std::max(dots(static_cast<Eigen::Index>(i) * HI + hh, j), 0.0);
-              scores[j] = ks[j] * acc;
-            }
+            for (int j = 0; j <= p; ++j) scores[j] = ks[j] * acc[j];
             const std::vector<int> sel = select_topk(scores, K);
             for (int k = 0; k < K; ++k) topk(t, k) = sel[k];
           }
@@ -425,11 +423,11 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
 
     // uv_proj, o_proj, residual_add
     Mat o(T, static_cast<Eigen::Index>(H) * dv);
-    for (int hh = 0; hh < H; ++hh) {
+    detail::parallel_for(H, [&](int hh) {
       const auto w_uv = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv) + dn, dv);
       o.middleCols(static_cast<Eigen::Index>(hh) * dv, dv).noalias() =
           olat.middleCols(static_cast<Eigen::Index>(hh) * L, L) * w_uv.transpose();
-    }
+    });
     store(o);
     lap("uv_proj");
     Mat y;

@@ -40,11 +40,14 @@ double fa_floor(const Tensor& t0, DType storage);
 /// gamma_n = n u / (1 - n u) with u = 2^-24: the fp32 bound on a length-n dot product.
 double gamma_fp32(std::int64_t n);
 /// The widest tolerance a gate may have before the comparer refuses it (docs/TOLERANCES.md):
-/// max(1% of RMS(T0), 16 ulps of the storage format at max |T0|).
-double vacuity_cap(const Tensor& t0, DType storage);
+/// max(1% of RMS(T0), n ulps of `precision` at max |T0|), n = 16 (2 for e4m3: one flipped
+/// code of an fp8 cache is the pipeline's own resolution).
+double vacuity_cap(const Tensor& t0, DType precision);
 
-/// bf16-precision gate: max|got - T0| <= 2 max|T1 - T0| + fa_floor(T0).
-CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage);
+/// bf16-precision gate: max|got - T0| <= 2 max|T1 - T0| + fa_floor(T0, storage); the vacuity
+/// cap is taken in bf16 (the pipeline's precision) whatever the stage's storage dtype.
+CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage,
+                           DType cap_precision = DType::bfloat16);
 /// fp32-precision gate: max|got - T0| <= 2 gamma_n max|T0|, n = the longest dot product.
 CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t longest_dot);
 /// Fixed-tolerance compare (bitwise when tol == 0), e.g. plan vs eager.

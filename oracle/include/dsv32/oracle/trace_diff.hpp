@@ -1,0 +1,35 @@
+// Stage-by-stage comparison of whole traces, in op order, with the TESTING.md gates.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dsv32/oracle/compare.hpp"
+#include "dsv32/oracle/oracle.hpp"
+
+namespace dsv32 {
+
+/// The BOUNDARIES.md op that produces a trace stage (e.g. "olat" -> "sparse_mqa").
+std::string_view stage_op(std::string_view stage);
+
+/// One compared stage.
+struct StageDiff {
+  int step = 0;
+  int layer = -1;  // -1: the stack output
+  std::string stage;
+  CompareResult result;
+  /// "step2/layer1/olat"
+  std::string where() const;
+};
+
+/// Compares a candidate's traces with T0 (and T1 for the bf16 gate) stage by stage, in op
+/// order: topk rows as sets (exact), quantized stages dequantized with their scales, the rest
+/// with compare_bf16 (bf16 precision) or compare_fp32 (fp32 precision).
+std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrace>& candidate,
+                                   const std::vector<StepTrace>& t0,
+                                   const std::vector<StepTrace>& t1);
+
+/// The longest dot product of a config (the n of gamma_n in the fp32 gate).
+std::int64_t longest_dot(const Config& cfg);
+
+}  // namespace dsv32

@@ -1,0 +1,129 @@
+#include "dsv32/oracle/trace_diff.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace dsv32 {
+namespace {
+
+/// Top-k rows compared as sets; max_err counts rows whose sets differ.
+CompareResult compare_topk(const Tensor& got, const Tensor& want) {
+  CompareResult r = compare_abs(got, want, 0.0);  // shape check, first bad element
+  if (r.refused) return r;
+  const std::int64_t rows = want.shape.at(0), K = want.shape.at(1);
+  std::int64_t bad_rows = 0, first = -1;
+  for (std::int64_t t = 0; t < rows; ++t) {
+    std::set<double> a, b;
+    for (std::int64_t k = 0; k < K; ++k) {
+      if (got.data[t * K + k] >= 0) a.insert(got.data[t * K + k]);
+      if (want.data[t * K + k] >= 0) b.insert(want.data[t * K + k]);
+    }
+    if (a != b) {
+      ++bad_rows;
+      if (first < 0) first = t;
+    }
+  }
+  r.rule = "same index set per row";
+  r.max_err = static_cast<double>(bad_rows);
+  r.tol = 0;
+  r.count = rows;
+  r.count_over = bad_rows;
+  r.first_bad = first < 0 ? -1 : first * K;
+  if (first >= 0) r.got_at = got.data[first * K], r.want_at = want.data[first * K];
+  r.pass = bad_rows == 0;
+  if (bad_rows)
+    r.note = std::to_string(bad_rows) + " row(s) select a different set; first row " +
+             std::to_string(first);
+  return r;
+}
+
+/// omega = w * qI_scale * const: divide out the power-of-two scale, which may legally differ by
+/// 2x (judged with qI8), so the gate sees the head weights' own rounding.
+Tensor per_scale(const Tensor& omega, const Tensor& scale) {
+  Tensor t = omega;
+  for (std::size_t i = 0; i < t.data.size(); ++i) t.data[i] /= scale.data[i];
+  return t;
+}
+
+}  // namespace
+
+std::string_view stage_op(std::string_view s) {
+  if (s == "q_c" || s == "c" || s == "kR" || s == "kI8" || s == "kI_scale")
+    return "norm_rope_cache";
+  if (s == "ql") return "uk_absorb";
+  if (s == "qR" || s == "qI8" || s == "qI_scale" || s == "omega") return "fused_q";
+  if (s == "topk") return "indexer_topk";
+  if (s == "olat" || s == "lse") return "sparse_mqa";
+  if (s == "o") return "uv_proj";
+  if (s == "y") return "o_proj";
+  if (s == "output") return "residual_add";
+  return "?";
+}
+
+std::string StageDiff::where() const {
+  return "step" + std::to_string(step) + "/" +
+         (layer < 0 ? std::string() : "layer" + std::to_string(layer) + "/") + stage;
+}
+
+std::int64_t longest_dot(const Config& c) {
+  return std::max<std::int64_t>({c.hidden_size, c.q_lora_rank, c.kv_lora_rank + c.qk_rope_head_dim,
+                                 static_cast<std::int64_t>(c.num_heads) * c.v_head_dim,
+                                 c.qk_nope_head_dim, c.index_topk});
+}
+
+std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrace>& cand,
+                                   const std::vector<StepTrace>& t0,
+                                   const std::vector<StepTrace>& t1) {
+  std::vector<StageDiff> out;
+  const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1) {
+    if (cfg.precision == Precision::fp32) return compare_fp32(g, x0, longest_dot(cfg));
+    // Under an fp8 latent cache, c and what attention makes of it resolve to e4m3 quanta.
+    const bool fp8_limited =
+        cfg.kv_cache == KvCache::fp8_ds_mla && (x0.name == "c" || x0.name == "olat");
+    return compare_bf16(g, x0, x1, storage_dtype(cfg, x0.name),
+                        fp8_limited ? DType::float8_e4m3fn : DType::bfloat16);
+  };
+  const std::size_t steps = std::min({cand.size(), t0.size(), t1.size()});
+  for (std::size_t s = 0; s < steps; ++s) {
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      const LayerTrace &a = cand[s].layers.at(l), &b = t0[s].layers.at(l), &e = t1[s].layers.at(l);
+      for (const std::string& name : layer_stage_names()) {
+        const Tensor* want = b.find(name);
+        if (!want || name == "qI_scale" || name == "kI_scale") continue;
+        StageDiff d{static_cast<int>(s), l, name, {}};
+        const Tensor* got = a.find(name);
+        if (!got) {
+          d.result.tensor = name;
+          d.result.refused = true;
+          d.result.note = "candidate has no stage '" + name + "'";
+        } else if (name == "topk") {
+          d.result = compare_topk(*got, *want);
+        } else if (name == "omega") {
+          d.result = gate(per_scale(*got, a.at("qI_scale")), per_scale(*want, b.at("qI_scale")),
+                          per_scale(e.at(name), e.at("qI_scale")));
+        } else if (name == "qI8" || name == "kI8") {
+          const std::string sc = name == "qI8" ? "qI_scale" : "kI_scale";
+          const std::int64_t block = want->shape.back();
+          d.result = compare_quantized(*got, a.at(sc), *want, b.at(sc), block);
+        } else {
+          d.result = gate(*got, *want, e.at(name));
+        }
+        out.push_back(std::move(d));
+      }
+    }
+    StageDiff d{static_cast<int>(s), -1, "output",
+                gate(cand[s].output, t0[s].output, t1[s].output)};
+    out.push_back(std::move(d));
+  }
+  if (cand.size() != t0.size()) {
+    StageDiff d{static_cast<int>(steps), -1, "steps", {}};
+    d.result.tensor = "steps";
+    d.result.refused = true;
+    d.result.note = "candidate has " + std::to_string(cand.size()) + " steps, reference " +
+                    std::to_string(t0.size());
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace dsv32

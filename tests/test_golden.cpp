@@ -1,0 +1,274 @@
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <sys/wait.h>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/trace_diff.hpp"
+
+namespace dsv32 {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture(const std::string& name) {
+  return std::string(DSV32_FIXTURES_DIR) + "/" + name + ".h5";
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+/// A scratch directory per test, removed afterwards.
+class GoldenFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("dsv32-golden-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  /// A copy of the default fixture to tamper with.
+  std::string copy_of_default() {
+    const std::string p = (dir_ / "copy.h5").string();
+    fs::copy_file(fixture("default"), p);
+    return p;
+  }
+  /// The message golden::read throws for `path`, or "" when it accepts the file.
+  static std::string refusal(const std::string& path) {
+    try {
+      golden::read(path);
+    } catch (const h5::GoldenError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+};
+
+/// Opens a file read-write with the raw C API, runs `fn(file id)`, closes it.
+template <class F>
+void tamper(const std::string& path, F&& fn) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  fn(f);
+  H5Fclose(f);
+}
+
+void set_string_attr(hid_t obj, const char* name, const std::string& value) {
+  H5Adelete(obj, name);
+  const hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  const hid_t sp = H5Screate(H5S_SCALAR);
+  const hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+  const char* p = value.c_str();
+  H5Awrite(a, t, &p);
+  H5Aclose(a);
+  H5Sclose(sp);
+  H5Tclose(t);
+}
+
+TEST(Golden, RegeneratedFixturesAreByteIdentical) {
+  const fs::path dir = fs::temp_directory_path() / "dsv32-regen";
+  fs::create_directories(dir);
+  int checked = 0;
+  for (const golden::CaseSpec& spec : golden::registry()) {
+    if (!spec.committed) continue;
+    const golden::GoldenCase committed = golden::read(fixture(spec.name));
+    const std::string out = (dir / (spec.name + ".h5")).string();
+    golden::write(out, golden::generate(spec, committed.generator));
+    EXPECT_TRUE(bytes_of(out) == bytes_of(fixture(spec.name)))
+        << spec.name << ": regenerated file differs from the committed fixture (oracle drift?); "
+        << "inspect with: dsv32 diff " << out << " " << fixture(spec.name);
+    ++checked;
+  }
+  fs::remove_all(dir);
+  EXPECT_GE(checked, 10);
+}
+
+TEST(Golden, ReadBackEqualsWhatWasGenerated) {
+  const golden::CaseSpec& spec = golden::find_case("mixed");
+  const golden::GoldenCase gen = golden::generate(spec, "test");
+  const golden::GoldenCase got = golden::read(fixture("mixed"));
+  EXPECT_EQ(got.cfg, spec.cfg);
+  ASSERT_EQ(got.steps.size(), gen.steps.size());
+  const std::vector<StageDiff> d = diff_traces(spec.cfg, got.expected, gen.expected, gen.emulated);
+  for (const StageDiff& s : d) EXPECT_EQ(s.result.max_err, 0.0) << s.where();
+  for (std::size_t s = 0; s < gen.steps.size(); ++s) {
+    EXPECT_EQ(got.steps[s].positions, gen.steps[s].positions);
+    EXPECT_EQ(got.steps[s].slots, gen.steps[s].slots);
+    EXPECT_EQ(got.steps[s].capture_size, gen.steps[s].capture_size);
+  }
+  EXPECT_EQ(got.weights.layers[1].w_kv_b, gen.weights.layers[1].w_kv_b);
+}
+
+TEST_F(GoldenFiles, MissingFileIsRefused) {
+  EXPECT_NE(refusal((dir_ / "nope.h5").string()).find("no such file"), std::string::npos);
+}
+
+TEST_F(GoldenFiles, TruncatedFileIsRefused) {
+  const std::string p = copy_of_default();
+  fs::resize_file(p, fs::file_size(p) / 2);
+  EXPECT_FALSE(refusal(p).empty());
+  fs::resize_file(p, 100);
+  EXPECT_NE(refusal(p).find("not a readable HDF5 file"), std::string::npos);
+}
+
+TEST_F(GoldenFiles, WrongSchemaOrVersionIsRefused) {
+  std::string p = copy_of_default();
+  tamper(p, [](hid_t f) { set_string_attr(f, "schema", "something-else"); });
+  EXPECT_NE(refusal(p).find("schema 'something-else'"), std::string::npos);
+  fs::remove(p);
+  p = copy_of_default();
+  tamper(p, [](hid_t f) {
+    H5Adelete(f, "schema_version");
+    const hid_t sp = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, "schema_version", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    const long long v = 99;
+    H5Awrite(a, H5T_NATIVE_LLONG, &v);
+    H5Aclose(a);
+    H5Sclose(sp);
+  });
+  EXPECT_NE(refusal(p).find("schema_version 99"), std::string::npos);
+}
+
+TEST_F(GoldenFiles, MissingConfigKeyIsRefused) {
+  const std::string p = copy_of_default();
+  tamper(p, [](hid_t f) {
+    std::string cfg = golden::config_to_json(preset("tiny-fs"));
+    cfg.replace(cfg.find("\"index_topk\""), std::string("\"index_topk\"").size(), "\"index_topq\"");
+    set_string_attr(f, "config", cfg);
+  });
+  EXPECT_NE(refusal(p).find("missing key 'index_topk'"), std::string::npos);
+}
+
+TEST_F(GoldenFiles, MissingDatasetIsRefusedByName) {
+  const std::string p = copy_of_default();
+  tamper(p, [](hid_t f) { H5Ldelete(f, "steps/step1/expected/layer2/olat", H5P_DEFAULT); });
+  const std::string why = refusal(p);
+  EXPECT_NE(why.find("/steps/step1/expected/layer2/olat: missing dataset"), std::string::npos)
+      << why;
+}
+
+TEST_F(GoldenFiles, WrongShapeIsRefusedByName) {
+  const std::string p = copy_of_default();
+  tamper(p, [](hid_t f) {
+    H5Ldelete(f, "weights/layer0/g_q", H5P_DEFAULT);
+    const hsize_t n = 7;
+    const hid_t sp = H5Screate_simple(1, &n, nullptr);
+    const hid_t d = H5Dcreate2(f, "weights/layer0/g_q", H5T_STD_U16LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+                               H5P_DEFAULT);
+    const std::uint16_t z[7] = {};
+    H5Dwrite(d, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, z);
+    set_string_attr(d, "dtype", "bfloat16");
+    H5Dclose(d);
+    H5Sclose(sp);
+  });
+  const std::string why = refusal(p);
+  EXPECT_NE(why.find("/weights/layer0/g_q: shape [7], expected [48]"), std::string::npos) << why;
+}
+
+TEST_F(GoldenFiles, WrongDtypeIsRefusedByName) {
+  const std::string p = copy_of_default();
+  tamper(p, [](hid_t f) {
+    const hid_t d = H5Dopen2(f, "steps/step0/emulated/layer0/o", H5P_DEFAULT);
+    set_string_attr(d, "dtype", "float32");
+    H5Dclose(d);
+  });
+  const std::string why = refusal(p);
+  EXPECT_NE(why.find("/steps/step0/emulated/layer0/o: dtype float32, expected bfloat16"),
+            std::string::npos)
+      << why;
+}
+
+TEST_F(GoldenFiles, NanInExpectedIsRefusedByName) {
+  const std::string p = copy_of_default();
+  tamper(p, [](hid_t f) {
+    const hid_t d = H5Dopen2(f, "steps/step2/expected/layer1/y", H5P_DEFAULT);
+    const hid_t sp = H5Dget_space(d);
+    std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
+    H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    v[65] = std::nan("");
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    H5Sclose(sp);
+    H5Dclose(d);
+  });
+  const std::string why = refusal(p);
+  EXPECT_NE(why.find("/steps/step2/expected/layer1/y: NaN at (1, 1)"), std::string::npos) << why;
+}
+
+TEST_F(GoldenFiles, DiffNamesThePerturbedStage) {
+  const golden::GoldenCase ref = golden::read(fixture("default"));
+  golden::GoldenCase bad = ref;
+  Tensor& olat = const_cast<Tensor&>(bad.expected[2].layers[1].at("olat"));
+  olat.data[40] += 0.25;
+  const std::vector<StageDiff> self =
+      diff_traces(ref.cfg, ref.expected, ref.expected, ref.emulated);
+  for (const StageDiff& s : self) EXPECT_EQ(s.result.max_err, 0.0) << s.where();
+  const std::vector<StageDiff> d = diff_traces(ref.cfg, bad.expected, ref.expected, ref.emulated);
+  const auto first =
+      std::find_if(d.begin(), d.end(), [](const StageDiff& s) { return !s.result.pass; });
+  ASSERT_NE(first, d.end());
+  EXPECT_EQ(first->where(), "step2/layer1/olat");
+  EXPECT_EQ(stage_op(first->stage), "sparse_mqa");
+  EXPECT_EQ(first->result.first_bad, 40);
+  EXPECT_EQ(std::count_if(d.begin(), d.end(), [](const StageDiff& s) { return !s.result.pass; }),
+            1);
+}
+
+TEST_F(GoldenFiles, DiffCommandExitCodes) {
+  const std::string tool = DSV32_TOOL;
+  const std::string fx = fixture("default");
+  EXPECT_EQ(WEXITSTATUS(std::system((tool + " diff " + fx + " " + fx + " >/dev/null").c_str())), 0);
+  const std::string p = copy_of_default();
+  tamper(p, [](hid_t f) {
+    const hid_t d = H5Dopen2(f, "steps/step3/expected/layer2/kR", H5P_DEFAULT);
+    const hid_t sp = H5Dget_space(d);
+    std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
+    H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    v[3] = -v[3];
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    H5Sclose(sp);
+    H5Dclose(d);
+  });
+  const std::string log = (dir_ / "diff.txt").string();
+  EXPECT_EQ(WEXITSTATUS(std::system((tool + " diff " + p + " " + fx + " > " + log).c_str())), 1);
+  EXPECT_NE(bytes_of(log).find("first divergent stage: step3/layer2/kR (op norm_rope_cache)"),
+            std::string::npos)
+      << bytes_of(log);
+  fs::resize_file(p, 64);
+  EXPECT_EQ(WEXITSTATUS(std::system((tool + " diff " + p + " " + fx + " 2>/dev/null").c_str())), 2);
+}
+
+TEST_F(GoldenFiles, InterruptedWriterLeavesNoFinalFile) {
+  const std::string tool = DSV32_TOOL;
+  const std::string cmd = "DSV32_GOLDEN_ABORT_AFTER=40 " + tool + " golden --case mixed --out " +
+                          dir_.string() + " >/dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  EXPECT_NE(rc, 0);
+  EXPECT_FALSE(fs::exists(dir_ / "mixed.h5"));
+  EXPECT_EQ(
+      WEXITSTATUS(std::system(
+          (tool + " golden --case mixed --out " + dir_.string() + " >/dev/null 2>&1").c_str())),
+      0);
+  EXPECT_NO_THROW(golden::read((dir_ / "mixed.h5").string()));
+}
+
+TEST(GoldenConfig, JsonRoundTripsEveryPreset) {
+  for (const std::string& name : preset_names()) {
+    const Config c = preset(name);
+    EXPECT_EQ(golden::config_from_json(golden::config_to_json(c)), c) << name;
+  }
+  EXPECT_THROW(golden::config_from_json("{"), h5::GoldenError);
+}
+
+}  // namespace
+}  // namespace dsv32

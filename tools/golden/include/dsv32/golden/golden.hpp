@@ -1,0 +1,72 @@
+// GOLDEN.md: one case per HDF5 file (config, weights, steps, T0 and T1 stage tensors).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dsv32/golden/h5.hpp"
+#include "dsv32/oracle/oracle.hpp"
+
+namespace dsv32::golden {
+
+inline constexpr const char* kSchema = "dsv32-golden";
+inline constexpr std::int64_t kSchemaVersion = 1;
+
+/// Config <-> the JSON of GOLDEN.md (Hugging Face names). Parsing ignores unknown keys and
+/// refuses missing ones, naming the key.
+std::string config_to_json(const Config& cfg);
+Config config_from_json(const std::string& json);
+
+/// Everything a golden file holds.
+struct GoldenCase {
+  std::string case_id;
+  std::uint64_t seed = 0;
+  std::string generator;          // tool, version, git revision
+  std::string tolerance_profile;  // "bf16" or "fp32" (the gate family of TESTING.md)
+  Config cfg;
+  Weights weights;
+  std::vector<StepInput> steps;     // derived; padded rows NaN after reading
+  std::vector<StepTrace> expected;  // T0 (exact, float64)
+  std::vector<StepTrace> emulated;  // T1 (emulated, storage dtypes)
+  int num_blocks = 0;
+};
+
+/// Writes `c` to path (temporary name, then rename). `on_dataset` (optional) is called after
+/// each dataset, for progress and for fault-injection tests.
+void write(const std::string& path, const GoldenCase& c,
+           const std::function<void()>& on_dataset = {});
+/// Reads and validates a golden file: schema, version, config, every dataset's presence,
+/// dtype and shape, and no NaN in inputs or expected tensors. Throws h5::GoldenError.
+GoldenCase read(const std::string& path);
+
+/// One step of a case plan: requests with new-token counts, capture size, ids finished after.
+struct StepPlan {
+  std::vector<StepRequest> requests;
+  int capture_size = 0;  // 0: no padding
+  std::vector<int> finish_after;
+};
+
+/// A named case of the registry; its name is its filter key and its file name (NAME.h5).
+struct CaseSpec {
+  std::string name;
+  std::string description;
+  Config cfg;
+  std::uint64_t seed = 1;
+  int num_blocks = 64;
+  std::vector<StepPlan> steps;
+  bool committed = true;  // small enough for fixtures/
+};
+
+/// The registry (GOLDEN.md / issue 4 coverage), in a fixed order.
+const std::vector<CaseSpec>& registry();
+/// The case named `name`; throws std::invalid_argument listing the known names.
+const CaseSpec& find_case(const std::string& name);
+
+/// Runs the oracle in both modes (T1 on T0's index sets) over the case's steps. `progress`
+/// gets (step, steps) after each step.
+GoldenCase generate(const CaseSpec& spec, const std::string& generator,
+                    const std::function<void(int, int)>& progress = {});
+
+}  // namespace dsv32::golden

@@ -1,0 +1,412 @@
+#include "dsv32/golden/golden.hpp"
+
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace dsv32::golden {
+namespace {
+
+using nlohmann::json;
+using Shape = std::vector<std::int64_t>;
+
+template <class T>
+T required(const json& j, const char* key) {
+  if (!j.contains(key))
+    throw h5::GoldenError(std::string("config JSON: missing key '") + key + "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception& e) {
+    throw h5::GoldenError(std::string("config JSON: key '") + key + "': " + e.what());
+  }
+}
+
+Shape stage_shape(const Config& c, const std::string& s, std::int64_t Ta) {
+  const std::int64_t H = c.num_heads, L = c.kv_lora_rank, dr = c.qk_rope_head_dim,
+                     HI = c.index_n_heads, dI = c.index_head_dim;
+  if (s == "q_c") return {Ta, c.q_lora_rank};
+  if (s == "c") return {Ta, L};
+  if (s == "kR") return {Ta, dr};
+  if (s == "ql" || s == "olat") return {Ta, H, L};
+  if (s == "qR") return {Ta, H, dr};
+  if (s == "qI8") return {Ta, HI, dI};
+  if (s == "qI_scale" || s == "omega") return {Ta, HI};
+  if (s == "kI8") return {Ta, dI};
+  if (s == "kI_scale") return {Ta};
+  if (s == "topk") return {Ta, c.index_topk};
+  if (s == "lse") return {Ta, H};
+  if (s == "o") return {Ta, H * c.v_head_dim};
+  return {Ta, c.hidden_size};  // y, output
+}
+
+DType trace_dtype(const Config& c, const std::string& s, bool exact) {
+  if (s == "topk") return DType::int32;
+  return exact ? DType::float64 : storage_dtype(c, s);
+}
+
+Tensor as(const Tensor& t, DType dt) {
+  Tensor o = t;
+  o.dtype = dt;
+  return o;
+}
+
+Tensor ints(const char* name, const std::vector<int>& v, Shape shape) {
+  return Tensor::from(name, std::move(shape), std::vector<double>(v.begin(), v.end()),
+                      DType::int32);
+}
+
+Tensor mat_tensor(const char* name, const Mat& m, DType dt) {
+  return Tensor::from(name, m, dt);
+}
+Tensor vec_tensor(const char* name, const Vec& v, DType dt) {
+  return Tensor::from(name, {v.size()}, std::vector<double>(v.data(), v.data() + v.size()), dt);
+}
+
+Mat to_mat(const Tensor& t) {
+  Mat m(t.shape.at(0), t.shape.size() > 1 ? t.shape[1] : 1);
+  std::copy(t.data.begin(), t.data.end(), m.data());
+  return m;
+}
+Vec to_vec(const Tensor& t) {
+  return Eigen::Map<const Vec>(t.data.data(), static_cast<Eigen::Index>(t.data.size()));
+}
+
+void write_trace(const h5::Group& g, const Config& cfg, const StepTrace& tr, bool exact,
+                 const std::function<void()>& tick) {
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const h5::Group lg = g.child("layer" + std::to_string(l), true);
+    for (const Tensor& t : tr.layers[l].tensors) {
+      lg.write(as(t, trace_dtype(cfg, t.name, exact)));
+      if (tick) tick();
+    }
+  }
+  g.write(as(tr.output, trace_dtype(cfg, "output", exact)));
+  if (tick) tick();
+}
+
+void refuse_nan(const h5::Group& g, const Tensor& t) {
+  for (std::size_t i = 0; i < t.data.size(); ++i)
+    if (std::isnan(t.data[i]))
+      throw h5::GoldenError(g.where(t.name) + ": NaN at " +
+                            t.index_string(static_cast<std::int64_t>(i)));
+}
+
+StepTrace read_trace(const h5::Group& g, const Config& cfg, std::int64_t Ta, bool exact) {
+  StepTrace tr;
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const h5::Group lg = g.child("layer" + std::to_string(l), false);
+    LayerTrace lt;
+    for (const std::string& s : layer_stage_names()) {
+      if (is_indexer_stage(s) && !cfg.is_full_layer(l)) continue;
+      lt.tensors.push_back(lg.read(s, trace_dtype(cfg, s, exact), stage_shape(cfg, s, Ta)));
+      refuse_nan(lg, lt.tensors.back());
+    }
+    tr.layers.push_back(std::move(lt));
+  }
+  tr.output = g.read("output", trace_dtype(cfg, "output", exact), stage_shape(cfg, "output", Ta));
+  refuse_nan(g, tr.output);
+  return tr;
+}
+
+}  // namespace
+
+std::string config_to_json(const Config& c) {
+  json j;
+  j["num_layers"] = c.num_layers;
+  j["hidden_size"] = c.hidden_size;
+  j["num_heads"] = c.num_heads;
+  j["q_lora_rank"] = c.q_lora_rank;
+  j["kv_lora_rank"] = c.kv_lora_rank;
+  j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+  j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+  j["v_head_dim"] = c.v_head_dim;
+  j["index_n_heads"] = c.index_n_heads;
+  j["index_head_dim"] = c.index_head_dim;
+  j["index_topk"] = c.index_topk;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["indexer_norm_eps"] = c.indexer_norm_eps;
+  j["block_size"] = c.block_size;
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_scaling) {
+    const Yarn& y = *c.rope_scaling;
+    j["rope_scaling"] = {{"type", "yarn"},
+                         {"factor", y.factor},
+                         {"original_max_position_embeddings", y.original_max_position_embeddings},
+                         {"beta_fast", y.beta_fast},
+                         {"beta_slow", y.beta_slow},
+                         {"mscale", y.mscale},
+                         {"mscale_all_dim", y.mscale_all_dim}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["index_topk_pattern"] = c.index_topk_pattern;
+  j["indexer_rope"] = to_string(c.indexer_rope);
+  j["hadamard"] = to_string(c.hadamard);
+  j["kv_cache"] = to_string(c.kv_cache);
+  j["rope_table"] = to_string(c.rope_table);
+  j["precision"] = to_string(c.precision);
+  j["name"] = c.name;
+  return j.dump();
+}
+
+Config config_from_json(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw h5::GoldenError(std::string("config JSON: ") + e.what());
+  }
+  Config c;
+  c.name = j.value("name", std::string("custom"));
+  c.num_layers = required<int>(j, "num_layers");
+  c.hidden_size = required<int>(j, "hidden_size");
+  c.num_heads = required<int>(j, "num_heads");
+  c.q_lora_rank = required<int>(j, "q_lora_rank");
+  c.kv_lora_rank = required<int>(j, "kv_lora_rank");
+  c.qk_nope_head_dim = required<int>(j, "qk_nope_head_dim");
+  c.qk_rope_head_dim = required<int>(j, "qk_rope_head_dim");
+  c.v_head_dim = required<int>(j, "v_head_dim");
+  c.index_n_heads = required<int>(j, "index_n_heads");
+  c.index_head_dim = required<int>(j, "index_head_dim");
+  c.index_topk = required<int>(j, "index_topk");
+  c.rms_norm_eps = required<double>(j, "rms_norm_eps");
+  c.indexer_norm_eps = required<double>(j, "indexer_norm_eps");
+  c.block_size = required<int>(j, "block_size");
+  c.rope_theta = required<double>(j, "rope_theta");
+  if (!j.contains("rope_scaling")) throw h5::GoldenError("config JSON: missing key 'rope_scaling'");
+  if (j["rope_scaling"].is_null()) {
+    c.rope_scaling.reset();
+  } else {
+    const json& y = j["rope_scaling"];
+    if (required<std::string>(y, "type") != "yarn")
+      throw h5::GoldenError("config JSON: rope_scaling.type must be 'yarn'");
+    c.rope_scaling =
+        Yarn{required<double>(y, "factor"),    required<int>(y, "original_max_position_embeddings"),
+             required<double>(y, "beta_fast"), required<double>(y, "beta_slow"),
+             required<double>(y, "mscale"),    required<double>(y, "mscale_all_dim")};
+  }
+  c.index_topk_pattern = required<std::string>(j, "index_topk_pattern");
+  try {
+    c.indexer_rope =
+        parse_enum<IndexerRope>("indexer_rope", required<std::string>(j, "indexer_rope"));
+    c.hadamard = parse_enum<Hadamard>("hadamard", required<std::string>(j, "hadamard"));
+    c.kv_cache = parse_enum<KvCache>("kv_cache", required<std::string>(j, "kv_cache"));
+    c.rope_table = parse_enum<RopeTable>("rope_table", required<std::string>(j, "rope_table"));
+    c.precision = parse_enum<Precision>("precision", required<std::string>(j, "precision"));
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw h5::GoldenError(std::string("config JSON: ") + e.what());
+  }
+  return c;
+}
+
+void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick) {
+  h5::File f = h5::File::create(path);
+  const h5::Group root = f.root();
+  root.set_attr("schema", std::string(kSchema));
+  root.set_attr("schema_version", kSchemaVersion);
+  root.set_attr("generator", c.generator);
+  root.set_attr("case_id", c.case_id);
+  root.set_attr("seed", static_cast<std::int64_t>(c.seed));
+  root.set_attr("config", config_to_json(c.cfg));
+  root.set_attr("tolerance_profile", c.tolerance_profile);
+  root.set_attr("num_blocks", static_cast<std::int64_t>(c.num_blocks));
+
+  const h5::Group wg = root.child("weights", true);
+  for (int l = 0; l < c.cfg.num_layers; ++l) {
+    const LayerWeights& w = c.weights.layers[l];
+    const h5::Group lg = wg.child("layer" + std::to_string(l), true);
+    const DType b = DType::bfloat16;
+    lg.write(mat_tensor("w_qkv_a", w.w_qkv_a, b));
+    lg.write(vec_tensor("g_q", w.g_q, b));
+    lg.write(vec_tensor("g_kv", w.g_kv, b));
+    lg.write(mat_tensor("w_q_b", w.w_q_b, b));
+    lg.write(mat_tensor("w_kv_b", w.w_kv_b, b));
+    lg.write(mat_tensor("w_o", w.w_o, b));
+    lg.write(vec_tensor("g_in", w.g_in, b));
+    if (w.indexer) {
+      const h5::Group ig = lg.child("indexer", true);
+      ig.write(mat_tensor("w_q_b", w.indexer->w_q_b, b));
+      ig.write(mat_tensor("w_k", w.indexer->w_k, b));
+      ig.write(mat_tensor("w_w", w.indexer->w_w, b));
+      ig.write(vec_tensor("g_k", w.indexer->g_k, b));
+      ig.write(vec_tensor("b_k", w.indexer->b_k, b));
+    }
+    if (tick) tick();
+  }
+
+  const h5::Group sg = root.child("steps", true);
+  const DType hidden_dt = c.cfg.precision == Precision::bf16 ? DType::bfloat16 : DType::float32;
+  for (std::size_t s = 0; s < c.steps.size(); ++s) {
+    const StepInput& in = c.steps[s];
+    const h5::Group st = sg.child("step" + std::to_string(s), true);
+    const h5::Group ig = st.child("inputs", true);
+    const int Ta = in.num_tokens, R = static_cast<int>(in.requests.size());
+    ig.set_attr("capture_size", static_cast<std::int64_t>(in.capture_size));
+    ig.write(mat_tensor("hidden", in.hidden.topRows(Ta), hidden_dt));
+    ig.write(
+        ints("positions", std::vector<int>(in.positions.begin(), in.positions.begin() + Ta), {Ta}));
+    ig.write(ints("slots", std::vector<int>(in.slots.begin(), in.slots.begin() + Ta), {Ta}));
+    ig.write(ints("request_of_token", in.request_of_token, {Ta}));
+    std::vector<int> ctx, q, ids;
+    std::size_t max_blocks = 0;
+    for (const RequestStep& r : in.requests) {
+      ctx.push_back(r.ctx);
+      q.push_back(r.q);
+      ids.push_back(r.id);
+      max_blocks = std::max(max_blocks, r.block_table.size());
+    }
+    std::vector<int> table(R * max_blocks, -1);
+    for (int r = 0; r < R; ++r)
+      std::copy(in.requests[r].block_table.begin(), in.requests[r].block_table.end(),
+                table.begin() + static_cast<std::ptrdiff_t>(r * max_blocks));
+    ig.write(ints("ctx_len", ctx, {R}));
+    ig.write(ints("q_len", q, {R}));
+    ig.write(ints("request_id", ids, {R}));
+    ig.write(ints("block_table", table, {R, static_cast<std::int64_t>(max_blocks)}));
+    write_trace(st.child("expected", true), c.cfg, c.expected[s], true, tick);
+    write_trace(st.child("emulated", true), c.cfg, c.emulated[s], false, tick);
+  }
+  f.commit();
+}
+
+GoldenCase read(const std::string& path) {
+  h5::File f = h5::File::open(path);
+  const h5::Group root = f.root();
+  GoldenCase c;
+  const std::string schema = root.attr_string("schema");
+  if (schema != kSchema)
+    throw h5::GoldenError(path + ": schema '" + schema + "', expected '" + kSchema + "'");
+  const std::int64_t version = root.attr_int("schema_version");
+  if (version != kSchemaVersion)
+    throw h5::GoldenError(path + ": schema_version " + std::to_string(version) +
+                          " is not supported (this reader knows " + std::to_string(kSchemaVersion) +
+                          ")");
+  c.generator = root.attr_string("generator");
+  c.case_id = root.attr_string("case_id");
+  c.seed = static_cast<std::uint64_t>(root.attr_int("seed"));
+  c.tolerance_profile = root.attr_string("tolerance_profile");
+  c.num_blocks = static_cast<int>(root.attr_int("num_blocks"));
+  try {
+    c.cfg = config_from_json(root.attr_string("config"));
+  } catch (const h5::GoldenError& e) {
+    throw h5::GoldenError(path + ": " + e.what());
+  }
+  const Config& cfg = c.cfg;
+  const std::int64_t D = cfg.hidden_size, H = cfg.num_heads, Rq = cfg.q_lora_rank,
+                     L = cfg.kv_lora_rank, dq = cfg.qk_head_dim(),
+                     dkv = cfg.qk_nope_head_dim + cfg.v_head_dim, dv = cfg.v_head_dim,
+                     HI = cfg.index_n_heads, dI = cfg.index_head_dim;
+  const DType b = DType::bfloat16;
+  const h5::Group wg = root.child("weights", false);
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const h5::Group lg = wg.child("layer" + std::to_string(l), false);
+    LayerWeights w;
+    w.w_qkv_a = to_mat(lg.read("w_qkv_a", b, Shape{cfg.qkv_a_rows(), D}));
+    w.g_q = to_vec(lg.read("g_q", b, Shape{Rq}));
+    w.g_kv = to_vec(lg.read("g_kv", b, Shape{L}));
+    w.w_q_b = to_mat(lg.read("w_q_b", b, Shape{H * dq, Rq}));
+    w.w_kv_b = to_mat(lg.read("w_kv_b", b, Shape{H * dkv, L}));
+    w.w_o = to_mat(lg.read("w_o", b, Shape{D, H * dv}));
+    w.g_in = to_vec(lg.read("g_in", b, Shape{D}));
+    if (cfg.is_full_layer(l)) {
+      const h5::Group ig = lg.child("indexer", false);
+      IndexerWeights iw;
+      iw.w_q_b = to_mat(ig.read("w_q_b", b, Shape{HI * dI, Rq}));
+      iw.w_k = to_mat(ig.read("w_k", b, Shape{dI, D}));
+      iw.w_w = to_mat(ig.read("w_w", b, Shape{HI, D}));
+      iw.g_k = to_vec(ig.read("g_k", b, Shape{dI}));
+      iw.b_k = to_vec(ig.read("b_k", b, Shape{dI}));
+      w.indexer = std::move(iw);
+    }
+    c.weights.layers.push_back(std::move(w));
+  }
+
+  const h5::Group sg = root.child("steps", false);
+  const DType hidden_dt = cfg.precision == Precision::bf16 ? DType::bfloat16 : DType::float32;
+  for (int s = 0; sg.has("step" + std::to_string(s)); ++s) {
+    const h5::Group st = sg.child("step" + std::to_string(s), false);
+    const h5::Group ig = st.child("inputs", false);
+    const Tensor ctx = ig.read("ctx_len", DType::int32);
+    if (ctx.shape.size() != 1) throw h5::GoldenError(ig.where("ctx_len") + ": must be 1-d");
+    const std::int64_t R = ctx.shape[0];
+    const Tensor q = ig.read("q_len", DType::int32, Shape{R});
+    const Tensor ids = ig.read("request_id", DType::int32, Shape{R});
+    const Tensor table = ig.read("block_table", DType::int32);
+    if (table.shape.size() != 2 || table.shape[0] != R)
+      throw h5::GoldenError(ig.where("block_table") + ": shape " + table.shape_string() +
+                            ", expected (" + std::to_string(R) + ", max_blocks)");
+    std::int64_t Ta = 0;
+    StepInput in;
+    for (std::int64_t r = 0; r < R; ++r) {
+      RequestStep rs{static_cast<int>(ids.data[r]),
+                     static_cast<int>(ctx.data[r]),
+                     static_cast<int>(q.data[r]),
+                     {}};
+      for (std::int64_t k = 0; k < table.shape[1]; ++k)
+        if (const double blk = table.data[r * table.shape[1] + k]; blk >= 0)
+          rs.block_table.push_back(static_cast<int>(blk));
+      Ta += rs.q;
+      in.requests.push_back(std::move(rs));
+    }
+    const Tensor hidden = ig.read("hidden", hidden_dt, Shape{Ta, D});
+    refuse_nan(ig, hidden);
+    in.capture_size = static_cast<int>(ig.attr_int("capture_size"));
+    if (in.capture_size < Ta)
+      throw h5::GoldenError(ig.where() + ": capture_size " + std::to_string(in.capture_size) +
+                            " < " + std::to_string(Ta) + " tokens");
+    in.hidden = Mat::Constant(in.capture_size, D, std::nan(""));  // padded rows poisoned
+    in.hidden.topRows(Ta) = to_mat(hidden);
+    try {
+      in.derive(cfg, c.num_blocks);
+    } catch (const ScenarioError& e) {
+      throw h5::GoldenError(ig.where() + ": " + e.what());
+    }
+    const auto check_same = [&](const char* name, const auto& derived) {
+      const Tensor t = ig.read(name, DType::int32, Shape{Ta});
+      for (std::int64_t i = 0; i < Ta; ++i)
+        if (t.data[i] != static_cast<double>(derived[i]))
+          throw h5::GoldenError(ig.where(name) + ": entry " + std::to_string(i) +
+                                " disagrees with ctx_len/q_len/block_table");
+    };
+    check_same("positions", in.positions);
+    check_same("slots", in.slots);
+    check_same("request_of_token", in.request_of_token);
+    c.expected.push_back(read_trace(st.child("expected", false), cfg, Ta, true));
+    c.emulated.push_back(read_trace(st.child("emulated", false), cfg, Ta, false));
+    c.steps.push_back(std::move(in));
+  }
+  if (c.steps.empty()) throw h5::GoldenError(path + ": no steps");
+  return c;
+}
+
+GoldenCase generate(const CaseSpec& spec, const std::string& generator,
+                    const std::function<void(int, int)>& progress) {
+  GoldenCase c;
+  c.case_id = spec.name;
+  c.seed = spec.seed;
+  c.generator = generator;
+  c.cfg = spec.cfg;
+  c.tolerance_profile = std::string(to_string(spec.cfg.precision));
+  c.num_blocks = spec.num_blocks;
+  c.weights = Weights::generate(spec.cfg, spec.seed);
+  const auto w = std::make_shared<const Weights>(c.weights);
+  Oracle exact(spec.cfg, w, Mode::exact, spec.num_blocks);
+  Oracle emul(spec.cfg, w, Mode::emulated, spec.num_blocks);
+  ScenarioBuilder builder(spec.cfg, spec.seed, spec.num_blocks);
+  const int n = static_cast<int>(spec.steps.size());
+  for (int s = 0; s < n; ++s) {
+    const StepPlan& p = spec.steps[s];
+    StepInput in = builder.step(p.requests, p.capture_size, Poison::nan);
+    StepTrace t0 = exact.step(in);
+    c.emulated.push_back(emul.step(in, StepOptions::follow(spec.cfg, t0)));
+    c.expected.push_back(std::move(t0));
+    c.steps.push_back(std::move(in));
+    for (int id : p.finish_after) builder.finish(id);
+    if (progress) progress(s + 1, n);
+  }
+  return c;
+}
+
+}  // namespace dsv32::golden

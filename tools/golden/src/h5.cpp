@@ -1,0 +1,302 @@
+#include "dsv32/golden/h5.hpp"
+
+#include <hdf5.h>
+
+#include <cmath>
+#include <filesystem>
+#include <type_traits>
+
+#include "dsv32/oracle/numerics.hpp"
+
+namespace dsv32::h5 {
+namespace {
+
+static_assert(std::is_same_v<hid_t, std::int64_t>, "HDF5 >= 1.10 uses 64-bit identifiers");
+
+/// HDF5 prints its own error stack by default; we report through exceptions instead.
+struct Silence {
+  Silence() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+};
+const Silence kSilence;
+
+hid_t storage_type(DType dt) {
+  switch (dt) {
+    case DType::bfloat16:
+      return H5T_STD_U16LE;
+    case DType::float8_e4m3fn:
+      return H5T_STD_U8LE;
+    case DType::int32:
+      return H5T_STD_I32LE;
+    case DType::float32:
+      return H5T_IEEE_F32LE;
+    case DType::float64:
+      return H5T_IEEE_F64LE;
+  }
+  return H5T_IEEE_F64LE;
+}
+
+Handle plist(hid_t cls) {
+  return Handle(H5Pcreate(cls), H5Pclose);
+}
+
+}  // namespace
+
+Handle& Handle::operator=(Handle&& o) noexcept {
+  if (this != &o) {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = o.id_;
+    close_ = o.close_;
+    o.id_ = -1;
+  }
+  return *this;
+}
+
+Handle::~Handle() {
+  if (id_ >= 0 && close_) close_(id_);
+}
+
+std::string Group::where(const std::string& name) const {
+  std::string p = path_ == "/" ? "/" + name : path_ + (name.empty() ? "" : "/" + name);
+  return file_ + ":" + p;
+}
+
+bool Group::has(const std::string& name) const {
+  return H5Lexists(h_.get(), name.c_str(), H5P_DEFAULT) > 0;
+}
+
+Group Group::child(const std::string& name, bool create) const {
+  hid_t g = -1;
+  if (create && !has(name)) {
+    Handle gcpl = plist(H5P_GROUP_CREATE);
+    H5Pset_obj_track_times(gcpl.get(), false);
+    g = H5Gcreate2(h_.get(), name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
+  } else {
+    if (!has(name)) throw GoldenError(where(name) + ": missing group");
+    g = H5Gopen2(h_.get(), name.c_str(), H5P_DEFAULT);
+  }
+  if (g < 0) throw GoldenError(where(name) + ": cannot open group");
+  return Group(Handle(g, H5Gclose), file_, path_ == "/" ? "/" + name : path_ + "/" + name);
+}
+
+void Group::write(const Tensor& t) const {
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Handle dcpl = plist(H5P_DATASET_CREATE);
+  H5Pset_obj_track_times(dcpl.get(), false);
+  if (t.numel() >= 1024) {  // one chunk, byte-shuffled and deflated: h5py reads it natively
+    H5Pset_chunk(dcpl.get(), static_cast<int>(dims.size()), dims.data());
+    H5Pset_shuffle(dcpl.get());
+    H5Pset_deflate(dcpl.get(), 4);
+  }
+  const hid_t type = storage_type(t.dtype);
+  Handle ds(
+      H5Dcreate2(h_.get(), t.name.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+      H5Dclose);
+  if (!ds.valid()) throw GoldenError(where(t.name) + ": cannot create dataset");
+  herr_t rc = 0;
+  const std::size_t n = t.data.size();
+  switch (t.dtype) {
+    case DType::bfloat16: {
+      std::vector<std::uint16_t> b(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = bf16_bits(static_cast<float>(t.data[i]));
+      rc = H5Dwrite(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      break;
+    }
+    case DType::float8_e4m3fn: {
+      std::vector<std::uint8_t> b(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = e4m3_bits(t.data[i]);
+      rc = H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      break;
+    }
+    case DType::int32: {
+      std::vector<std::int32_t> b(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::int32_t>(t.data[i]);
+      rc = H5Dwrite(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      break;
+    }
+    case DType::float32: {
+      std::vector<float> b(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<float>(t.data[i]);
+      rc = H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      break;
+    }
+    case DType::float64:
+      rc = H5Dwrite(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data.data());
+      break;
+  }
+  if (rc < 0) throw GoldenError(where(t.name) + ": write failed");
+  Group self(Handle(H5Oopen(h_.get(), t.name.c_str(), H5P_DEFAULT), H5Oclose), file_,
+             path_ == "/" ? "/" + t.name : path_ + "/" + t.name);
+  self.set_attr("dtype", std::string(to_string(t.dtype)));
+}
+
+Tensor Group::read(const std::string& name, DType want,
+                   const std::optional<std::vector<std::int64_t>>& shape) const {
+  if (!has(name)) throw GoldenError(where(name) + ": missing dataset");
+  Handle ds(H5Dopen2(h_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) throw GoldenError(where(name) + ": not a dataset");
+  Group obj(Handle(H5Oopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Oclose), file_,
+            path_ == "/" ? "/" + name : path_ + "/" + name);
+  DType dt;
+  try {
+    dt = parse_dtype(obj.attr_string("dtype"));
+  } catch (const std::invalid_argument& e) {
+    throw GoldenError(where(name) + ": " + e.what());
+  }
+  if (dt != want)
+    throw GoldenError(where(name) + ": dtype " + std::string(to_string(dt)) + ", expected " +
+                      std::string(to_string(want)));
+  Handle space(H5Dget_space(ds.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw GoldenError(where(name) + ": unreadable dataspace");
+  std::vector<hsize_t> dims(rank);
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  Tensor t;
+  t.name = name;
+  t.dtype = dt;
+  t.shape.assign(dims.begin(), dims.end());
+  if (shape && t.shape != *shape) {
+    Tensor want_shape;
+    want_shape.shape = *shape;
+    throw GoldenError(where(name) + ": shape " + t.shape_string() + ", expected " +
+                      want_shape.shape_string());
+  }
+  // The stored type must be the dtype's storage type (e.g. bfloat16 as 16-bit integers).
+  Handle ftype(H5Dget_type(ds.get()), H5Tclose);
+  if (H5Tequal(ftype.get(), storage_type(dt)) <= 0)
+    throw GoldenError(where(name) + ": stored type does not match dtype " +
+                      std::string(to_string(dt)));
+  const std::size_t n = static_cast<std::size_t>(t.numel());
+  t.data.resize(n);
+  herr_t rc = 0;
+  switch (dt) {
+    case DType::bfloat16: {
+      std::vector<std::uint16_t> b(n);
+      rc = H5Dread(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      for (std::size_t i = 0; i < n; ++i) t.data[i] = bf16_value(b[i]);
+      break;
+    }
+    case DType::float8_e4m3fn: {
+      std::vector<std::uint8_t> b(n);
+      rc = H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      for (std::size_t i = 0; i < n; ++i) t.data[i] = e4m3_value(b[i]);
+      break;
+    }
+    case DType::int32: {
+      std::vector<std::int32_t> b(n);
+      rc = H5Dread(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      for (std::size_t i = 0; i < n; ++i) t.data[i] = b[i];
+      break;
+    }
+    case DType::float32: {
+      std::vector<float> b(n);
+      rc = H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      for (std::size_t i = 0; i < n; ++i) t.data[i] = b[i];
+      break;
+    }
+    case DType::float64:
+      rc = H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data.data());
+      break;
+  }
+  if (rc < 0) throw GoldenError(where(name) + ": read failed (truncated or corrupt file?)");
+  return t;
+}
+
+void Group::set_attr(const std::string& name, const std::string& value) const {
+  // Variable-length UTF-8: h5py returns it as str.
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), H5T_VARIABLE);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle a(H5Acreate2(h_.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+           H5Aclose);
+  const char* p = value.c_str();
+  if (!a.valid() || H5Awrite(a.get(), type.get(), &p) < 0)
+    throw GoldenError(where() + ": cannot write attribute " + name);
+}
+
+void Group::set_attr(const std::string& name, std::int64_t value) const {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle a(H5Acreate2(h_.get(), name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+           H5Aclose);
+  if (!a.valid() || H5Awrite(a.get(), H5T_NATIVE_INT64, &value) < 0)
+    throw GoldenError(where() + ": cannot write attribute " + name);
+}
+
+std::string Group::attr_string(const std::string& name) const {
+  if (H5Aexists(h_.get(), name.c_str()) <= 0)
+    throw GoldenError(where() + ": missing attribute " + name);
+  Handle a(H5Aopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING)
+    throw GoldenError(where() + ": attribute " + name + " is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {
+    char* p = nullptr;
+    if (H5Aread(a.get(), type.get(), &p) < 0 || !p)
+      throw GoldenError(where() + ": cannot read attribute " + name);
+    std::string s(p);
+    H5free_memory(p);
+    return s;
+  }
+  std::string s(H5Tget_size(type.get()), '\0');
+  if (H5Aread(a.get(), type.get(), s.data()) < 0)
+    throw GoldenError(where() + ": cannot read attribute " + name);
+  s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
+  return s;
+}
+
+std::int64_t Group::attr_int(const std::string& name) const {
+  if (H5Aexists(h_.get(), name.c_str()) <= 0)
+    throw GoldenError(where() + ": missing attribute " + name);
+  Handle a(H5Aopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle type(H5Aget_type(a.get()), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    throw GoldenError(where() + ": attribute " + name + " is not an integer");
+  std::int64_t v = 0;
+  if (H5Aread(a.get(), H5T_NATIVE_INT64, &v) < 0)
+    throw GoldenError(where() + ": cannot read attribute " + name);
+  return v;
+}
+
+File File::create(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  Handle fcpl = plist(H5P_FILE_CREATE);
+  Handle fapl = plist(H5P_FILE_ACCESS);
+  H5Pset_file_locking(fapl.get(), false, true);
+  hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
+  if (f < 0) throw GoldenError(tmp + ": cannot create file");
+  return File(Handle(f, H5Fclose), path, tmp);
+}
+
+File File::open(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw GoldenError(path + ": no such file");
+  Handle fapl = plist(H5P_FILE_ACCESS);
+  H5Pset_file_locking(fapl.get(), false, true);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+  if (f < 0) throw GoldenError(path + ": not a readable HDF5 file (truncated or corrupt?)");
+  return File(Handle(f, H5Fclose), path, "");
+}
+
+Group File::root() const {
+  hid_t g = H5Gopen2(h_.get(), "/", H5P_DEFAULT);
+  if (g < 0) throw GoldenError((tmp_.empty() ? path_ : tmp_) + ": cannot open root group");
+  return Group(Handle(g, H5Gclose), path_, "/");
+}
+
+void File::commit() {
+  if (tmp_.empty()) return;
+  if (H5Fflush(h_.get(), H5F_SCOPE_GLOBAL) < 0) throw GoldenError(tmp_ + ": flush failed");
+  h_ = Handle();
+  std::filesystem::rename(tmp_, path_);
+  tmp_.clear();
+}
+
+File::~File() {
+  if (!tmp_.empty()) {  // not committed: drop the partial file
+    h_ = Handle();
+    std::error_code ec;
+    std::filesystem::remove(tmp_, ec);
+  }
+}
+
+}  // namespace dsv32::h5
