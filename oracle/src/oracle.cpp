@@ -213,6 +213,8 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     if (s >= static_cast<std::int64_t>(num_blocks_) * B)
       throw ScenarioError("slot " + std::to_string(s) + " outside the cache");
 
+  // RoPE's position (shifted only by the metamorphic-test hook); causality and slots use p(t).
+  const auto rope_pos = [&](int t) { return in.positions[t] + opts.rope_position_offset; };
   Mat h = in.hidden;
   TopkRows topk = TopkRows::Constant(T, K, -1);  // the buffer shared by the layers of a forward
   StepTrace trace;
@@ -242,7 +244,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     rmsnorm_rows(lat, qkv.middleCols(Rq, L), lw.g_kv, eps);
     Mat kR = qkv.rightCols(dr);
     for (int t = 0; t < T; ++t)
-      rope_.apply(row_span(kR, t, 0, dr), in.positions[t], RopeLayout::interleaved);
+      rope_.apply(row_span(kR, t, 0, dr), rope_pos(t), RopeLayout::interleaved);
     store(kR);
     if (c.kv_cache == KvCache::fp8_ds_mla) {
       for (int t = 0; t < T; ++t) {
@@ -280,7 +282,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
       qR.middleCols(static_cast<Eigen::Index>(hh) * dr, dr) =
           q.middleCols(static_cast<Eigen::Index>(hh) * dq + dn, dr);
       for (int t = 0; t < T; ++t)
-        rope_.apply(row_span(qR, t, static_cast<Eigen::Index>(hh) * dr, dr), in.positions[t],
+        rope_.apply(row_span(qR, t, static_cast<Eigen::Index>(hh) * dr, dr), rope_pos(t),
                     RopeLayout::interleaved);
     }
     store(qR);
@@ -317,7 +319,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
         kI.row(t) =
             ((r - mean) / std::sqrt(var + c.indexer_norm_eps)) * iw.g_k.transpose().array() +
             iw.b_k.transpose().array();
-        rotate_quantize(row_span(kI, t, 0, dI), in.positions[t], kscale[t]);
+        rotate_quantize(row_span(kI, t, 0, dI), rope_pos(t), kscale[t]);
         if (in.slots[t] < 0) continue;
         cache.index_k.row(in.slots[t]) = kI.row(t);
         cache.index_scale[in.slots[t]] = kscale[t];
@@ -327,7 +329,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
       const double head_norm = 1.0 / std::sqrt(static_cast<double>(dI) * HI);
       for (int t = 0; t < T; ++t)
         for (int hh = 0; hh < HI; ++hh) {
-          rotate_quantize(row_span(qI, t, static_cast<Eigen::Index>(hh) * dI, dI), in.positions[t],
+          rotate_quantize(row_span(qI, t, static_cast<Eigen::Index>(hh) * dI, dI), rope_pos(t),
                           qscale(t, hh));
           omega(t, hh) = wts(t, hh) * qscale(t, hh) * head_norm;
         }

@@ -51,6 +51,9 @@ using TopkRows = Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 struct StepOptions {
   std::vector<std::optional<TopkRows>> topk_override;  // indexed by layer; empty: own sets
   Profile* profile = nullptr;                          // per-op wall time when set
+  /// Added to every position where RoPE uses it (not causality, not slots): RoPE is relative,
+  /// so scores and outputs must not change beyond rounding (a metamorphic property).
+  int rope_position_offset = 0;
 
   /// Options that impose the F layers' sets of `trace` (e.g. T1 follows T0's sets, so that
   /// T1 - T0 measures rounding only and not a different selection near a tie).

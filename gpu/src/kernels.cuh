@@ -1,0 +1,80 @@
+// Device kernels of the stack. Every reduction runs in a fixed order (shuffle trees, sequential
+// loops): no result depends on atomic order or scheduling, so plans can compare bitwise.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cfloat>
+#include <cstdint>
+
+namespace dsv32::gpu::k {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float ld(float v) {
+  return v;
+}
+__device__ __forceinline__ float ld(bf16 v) {
+  return __bfloat162float(v);
+}
+template <class S>
+__device__ __forceinline__ S st(float v);
+template <>
+__device__ __forceinline__ float st<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 st<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+/// v rounded to the storage type and back (the bf16 points of MATH.md section 4).
+template <class S>
+__device__ __forceinline__ float rnd(float v) {
+  return ld(st<S>(v));
+}
+
+__device__ __forceinline__ float e4m3_to_float(std::uint8_t c) {
+  const __nv_fp8_e4m3 v = *reinterpret_cast<const __nv_fp8_e4m3*>(&c);
+  return static_cast<float>(v);
+}
+__device__ __forceinline__ std::uint8_t float_to_e4m3(float x) {
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+/// Sum over the block in a fixed shuffle tree; every thread gets the result. `sh` >= 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// Max over the block (NaN-ignoring like fmaxf); every thread gets the result.
+__device__ __forceinline__ float block_max(float v, float* sh) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = (blockDim.x + 31) >> 5;
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : -FLT_MAX;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Exponent of the smallest power of two with max(amax, 1e-4) <= 448 * 2^e (exact compares).
+__device__ __forceinline__ int ue8m0_exponent(float amax) {
+  const float a = fmaxf(amax, 1e-4f);
+  if (!isfinite(a)) return 127;
+  int k = 0;
+  frexpf(a, &k);
+  int e = k - 10;
+  while (ldexpf(448.f, e) < a) ++e;
+  return e;
+}
+
+}  // namespace dsv32::gpu::k

@@ -1,0 +1,386 @@
+// The ops' kernels (BOUNDARIES.md section 1), templated on the storage type S (bf16 or float).
+#pragma once
+
+#include "kernels.cuh"
+
+namespace dsv32::gpu::k {
+
+/// Geometry and switches the kernels need, copied by value into every launch.
+struct Dims {
+  int T, D, H, Rq, L, dn, dr, dv, HI, dI, K, B;
+  int max_blocks;  // columns of the block table
+  float eps, ieps, sigma, head_norm;
+  bool neox, hadamard, fp8_kv;
+  int tiles;  // fp8_ds_mla tiles of the latent
+};
+
+/// Device pointers of the step metadata.
+struct Meta {
+  const int* positions;         // (T), padded rows 0
+  const long long* slots;       // (T), padded rows -1
+  const int* request_of_token;  // (T_a)
+  const int* block_table;       // (R, max_blocks)
+  const float* rope_cos;        // (positions, dr/2)
+  const float* rope_sin;
+};
+
+/// The MLA latent cache: S values, or fp8_ds_mla codes + tile scales; rope part in S.
+template <class S>
+struct KvCache {
+  S* latent;            // (slots, L) when not fp8
+  std::uint8_t* codes;  // (slots, L) when fp8
+  float* scales;        // (slots, tiles) when fp8
+  S* rope;              // (slots, dr)
+};
+
+struct IndexCache {
+  std::uint8_t* codes;  // (slots, dI)
+  float* scales;        // (slots)
+};
+
+__device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) {
+  const float x = a, y = b;
+  a = x * c - y * s;
+  b = x * s + y * c;
+}
+
+/// RMSNorm rows: out = S(in / sqrt(mean(in^2) + eps) * g). One block per row.
+template <class S>
+__global__ void rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
+  __shared__ float sh[32];
+  const S* x = in + static_cast<long long>(blockIdx.x) * in_ld;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
+  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
+  S* y = out + static_cast<long long>(blockIdx.x) * out_ld;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
+}
+
+/// norm_rope_cache, MLA part: c = RMSNorm(ckv) * g_kv, kR = rope(kpe_raw); cache insert at the
+/// token's slot (skipped when slot < 0); kR also to its trace buffer. One block per token.
+template <class S>
+__global__ void kv_insert(Dims d, Meta m, const S* qkv, const S* g_kv, KvCache<S> cache,
+                          S* kR_out) {
+  extern __shared__ float smem[];
+  float* c = smem;         // L
+  float* sh = smem + d.L;  // 32
+  const int t = blockIdx.x;
+  const S* row = qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr);
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < d.L; i += blockDim.x) {
+    c[i] = ld(row[d.Rq + i]);
+    ss += c[i] * c[i];
+  }
+  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(d.L) + d.eps);
+  for (int i = threadIdx.x; i < d.L; i += blockDim.x) c[i] = c[i] * inv * ld(g_kv[i]);
+  __syncthreads();
+  const long long slot = m.slots[t];
+  const int p = m.positions[t];
+  for (int i = threadIdx.x; i < d.dr / 2; i += blockDim.x) {
+    float a = ld(row[d.Rq + d.L + 2 * i]), b = ld(row[d.Rq + d.L + 2 * i + 1]);
+    const long long r = static_cast<long long>(p) * (d.dr / 2) + i;
+    rope_pair(a, b, m.rope_cos[r], m.rope_sin[r]);
+    kR_out[static_cast<long long>(t) * d.dr + 2 * i] = st<S>(a);
+    kR_out[static_cast<long long>(t) * d.dr + 2 * i + 1] = st<S>(b);
+    if (slot >= 0) {
+      cache.rope[slot * d.dr + 2 * i] = st<S>(a);
+      cache.rope[slot * d.dr + 2 * i + 1] = st<S>(b);
+    }
+  }
+  if (slot < 0) return;
+  if (!d.fp8_kv) {
+    for (int i = threadIdx.x; i < d.L; i += blockDim.x) cache.latent[slot * d.L + i] = st<S>(c[i]);
+    return;
+  }
+  for (int tile = 0; tile < d.tiles; ++tile) {  // quantized straight from fp32
+    const int t0 = tile * 128, t1 = min(d.L, t0 + 128);
+    float amax = 0.f;
+    for (int i = t0 + threadIdx.x; i < t1; i += blockDim.x) amax = fmaxf(amax, fabsf(c[i]));
+    const float scale = fmaxf(block_max(amax, sh) / 448.f, FLT_MIN);
+    for (int i = t0 + threadIdx.x; i < t1; i += blockDim.x)
+      cache.codes[slot * d.L + i] = float_to_e4m3(c[i] / scale);
+    if (threadIdx.x == 0) cache.scales[slot * d.tiles + tile] = scale;
+  }
+}
+
+/// One latent value read back from the cache (fp8: code * scale in fp32, then S).
+template <class S>
+__device__ __forceinline__ float latent_at(const Dims& d, const KvCache<S>& cache, long long slot,
+                                           int i) {
+  if (!d.fp8_kv) return ld(cache.latent[slot * d.L + i]);
+  return rnd<S>(e4m3_to_float(cache.codes[slot * d.L + i]) *
+                cache.scales[slot * d.tiles + i / 128]);
+}
+
+/// The latent of the real tokens as read back from the cache (the trace's `c`).
+template <class S>
+__global__ void read_latent(Dims d, Meta m, KvCache<S> cache, S* out) {
+  const int t = blockIdx.x;
+  const long long slot = m.slots[t];
+  for (int i = threadIdx.x; i < d.L; i += blockDim.x)
+    out[static_cast<long long>(t) * d.L + i] = st<S>(latent_at(d, cache, slot, i));
+}
+
+/// RoPE (indexer layout) on the first dr values, optional Hadamard, then fp8 with a ue8m0
+/// scale, for one 128-vector held in shared memory `v` by a block of 128 threads.
+__device__ __forceinline__ void rotate_quantize(const Dims& d, const Meta& m, float* v, float* sh,
+                                                int p, std::uint8_t* codes, float* scale_out) {
+  const int i = threadIdx.x;
+  __syncthreads();
+  if (i < d.dr / 2) {
+    const int a = d.neox ? i : 2 * i, b = d.neox ? i + d.dr / 2 : 2 * i + 1;
+    const long long r = static_cast<long long>(p) * (d.dr / 2) + i;
+    rope_pair(v[a], v[b], m.rope_cos[r], m.rope_sin[r]);
+  }
+  __syncthreads();
+  if (d.hadamard) {
+    for (int h = 1; h < 128; h <<= 1) {
+      float mine = 0.f;
+      const int partner = i ^ h;
+      mine = (i & h) ? v[partner] - v[i] : v[i] + v[partner];
+      __syncthreads();
+      v[i] = mine;
+      __syncthreads();
+    }
+    v[i] *= 0.08838834764831845f;  // 1/sqrt(128)
+    __syncthreads();
+  }
+  const int e = ue8m0_exponent(block_max(fabsf(v[i]), sh));
+  codes[i] = float_to_e4m3(v[i] / ldexpf(1.f, e));
+  if (i == 0) *scale_out = ldexpf(1.f, e);
+}
+
+/// norm_rope_cache, indexer part (F layers): kI = LayerNorm(kraw) * g_k + b_k, rotated and
+/// quantized; trace buffers and, for slot >= 0, the indexer cache. One block of 128 per token.
+template <class S>
+__global__ void index_k_insert(Dims d, Meta m, const S* kw, const S* g_k, const S* b_k,
+                               IndexCache cache, std::uint8_t* k8_out, float* kscale_out) {
+  __shared__ float v[128];
+  __shared__ float sh[32];
+  const int t = blockIdx.x, i = threadIdx.x;
+  const float x = ld(kw[static_cast<long long>(t) * (d.dI + d.HI) + i]);
+  const float mean = block_sum(x, sh) / 128.f;
+  const float var = block_sum((x - mean) * (x - mean), sh) / 128.f;
+  v[i] = (x - mean) / sqrtf(var + d.ieps) * ld(g_k[i]) + ld(b_k[i]);
+  rotate_quantize(d, m, v, sh, m.positions[t], k8_out + static_cast<long long>(t) * 128,
+                  kscale_out + t);
+  __syncthreads();
+  const long long slot = m.slots[t];
+  if (slot < 0) return;
+  cache.codes[slot * 128 + i] = k8_out[static_cast<long long>(t) * 128 + i];
+  if (i == 0) cache.scales[slot] = kscale_out[t];
+}
+
+/// Clears the shared top-k rows [0, T) to -1 (F layers, in norm_rope_cache).
+__global__ void topk_clear(int* topk, long long n) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) topk[i] = -1;
+}
+
+/// fused_q, MLA part: qR = S(rope(q's rope part)) for every head. One block per token.
+template <class S>
+__global__ void q_rope(Dims d, Meta m, const S* q, S* qR) {
+  const int t = blockIdx.x, p = m.positions[t], half = d.dr / 2;
+  for (int w = threadIdx.x; w < d.H * half; w += blockDim.x) {
+    const int h = w / half, i = w % half;
+    const S* src = q + static_cast<long long>(t) * d.H * (d.dn + d.dr) + h * (d.dn + d.dr) + d.dn;
+    float a = ld(src[2 * i]), b = ld(src[2 * i + 1]);
+    const long long r = static_cast<long long>(p) * half + i;
+    rope_pair(a, b, m.rope_cos[r], m.rope_sin[r]);
+    S* dst = qR + static_cast<long long>(t) * d.H * d.dr + h * d.dr;
+    dst[2 * i] = st<S>(a);
+    dst[2 * i + 1] = st<S>(b);
+  }
+}
+
+/// fused_q, indexer part (F layers): per (token, head) rotate and quantize qI; omega =
+/// w * qscale * dI^-1/2 * HI^-1/2. Grid (T, HI), 128 threads.
+template <class S>
+__global__ void index_q(Dims d, Meta m, const S* qI, const S* kw, std::uint8_t* q8, float* qscale,
+                        float* omega) {
+  __shared__ float v[128];
+  __shared__ float sh[32];
+  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+  const long long row = static_cast<long long>(t) * d.HI + h;
+  v[i] = ld(qI[row * 128 + i]);
+  rotate_quantize(d, m, v, sh, m.positions[t], q8 + row * 128, qscale + row);
+  __syncthreads();
+  if (i == 0)
+    omega[row] =
+        ld(kw[static_cast<long long>(t) * (d.dI + d.HI) + d.dI + h]) * qscale[row] * d.head_norm;
+}
+
+__device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r, int pos) {
+  return static_cast<long long>(m.block_table[r * d.max_blocks + pos / d.B]) * d.B + pos % d.B;
+}
+
+/// indexer_topk, scores: I(t, j) = kscale_j sum_h omega_h relu(q8_h . k8_j), j <= p(t), in
+/// fp32 with a fixed summation order. Grid (T_a, ceil(len / 128)), 128 threads; q8 of the token
+/// staged in shared memory.
+__global__ void index_scores(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
+                             IndexCache cache, float* scores, int ld_scores) {
+  extern __shared__ float sq[];  // HI * 128 + HI
+  const int t = blockIdx.x;
+  for (int w = threadIdx.x; w < d.HI * 128; w += blockDim.x)
+    sq[w] = e4m3_to_float(q8[static_cast<long long>(t) * d.HI * 128 + w]);
+  for (int w = threadIdx.x; w < d.HI; w += blockDim.x)
+    sq[d.HI * 128 + w] = omega[static_cast<long long>(t) * d.HI + w];
+  __syncthreads();
+  const int j = blockIdx.y * blockDim.x + threadIdx.x, p = m.positions[t];
+  if (j > p) return;
+  const long long s = slot_of(d, m, m.request_of_token[t], j);
+  float kv[128];
+  for (int i = 0; i < 128; ++i) kv[i] = e4m3_to_float(cache.codes[s * 128 + i]);
+  float acc = 0.f;
+  for (int h = 0; h < d.HI; ++h) {
+    float dot = 0.f;
+    for (int i = 0; i < 128; ++i) dot = fmaf(sq[h * 128 + i], kv[i], dot);
+    acc = fmaf(sq[d.HI * 128 + h], fmaxf(dot, 0.f), acc);
+  }
+  scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * acc;
+}
+
+/// Total order on (score, position): larger score first, then smaller position; unique keys.
+__device__ __forceinline__ unsigned long long topk_key(float score, int j) {
+  unsigned int b = __float_as_uint(score);
+  b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<unsigned long long>(b) << 32) | (0xFFFFFFFFu - static_cast<unsigned int>(j));
+}
+
+/// Exclusive prefix sum of one int per thread in a fixed order; returns the block total.
+__device__ __forceinline__ int block_scan(int v, int* sh, int& total) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int o = 1; o < blockDim.x; o <<= 1) {
+    const int add = threadIdx.x >= o ? sh[threadIdx.x - o] : 0;
+    __syncthreads();
+    sh[threadIdx.x] += add;
+    __syncthreads();
+  }
+  total = sh[blockDim.x - 1];
+  const int excl = sh[threadIdx.x] - v;
+  __syncthreads();
+  return excl;
+}
+
+/// indexer_topk, selection: rows [0, T_a) of the shared buffer. All of 0..p in order when
+/// p + 1 <= K, else the K best keys by an 8-pass radix select, written in ascending position
+/// order. One block (1024 threads) per token; histogram counts do not depend on atomic order.
+__global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk) {
+  __shared__ unsigned int hist[256];
+  __shared__ int scan[1024];
+  __shared__ unsigned long long prefix_sh;
+  __shared__ int k_left_sh;
+  const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K;
+  int* out = topk + static_cast<long long>(t) * K;
+  const float* sc = scores + static_cast<long long>(t) * ld_scores;
+  if (n <= K) {
+    for (int j = threadIdx.x; j < K; j += blockDim.x) out[j] = j < n ? j : -1;
+    return;
+  }
+  unsigned long long prefix = 0, mask = 0;
+  int k_left = K;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const unsigned long long key = topk_key(sc[j], j);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int acc = 0, digit = 255;
+      for (; digit > 0; --digit) {
+        if (acc + static_cast<int>(hist[digit]) >= k_left) break;
+        acc += static_cast<int>(hist[digit]);
+      }
+      prefix_sh = prefix | (static_cast<unsigned long long>(digit) << shift);
+      k_left_sh = k_left - acc;
+    }
+    __syncthreads();
+    prefix = prefix_sh;
+    k_left = k_left_sh;
+    mask |= 0xFFull << shift;
+    __syncthreads();
+  }
+  // prefix is the K-th best key; emit every key >= it in ascending position order.
+  int base = 0;
+  for (int j0 = 0; j0 < n; j0 += blockDim.x) {
+    const int j = j0 + threadIdx.x;
+    const int keep = j < n && topk_key(sc[j], j) >= prefix;
+    int total = 0;
+    const int at = block_scan(keep, scan, total);
+    if (keep) out[base + at] = j;
+    base += total;
+  }
+  for (int j = base + threadIdx.x; j < K; j += blockDim.x) out[j] = -1;
+}
+
+/// sparse_mqa: per (token, head), softmax over the selected set of sigma * [ql; qR] . [c; kR]
+/// read from the cache; P rounded to S before P.V; olat = S(sum P c / l), lse = m + log l
+/// (natural log). A row with no valid index gives olat = 0 and lse = -inf. Grid (T_a, H).
+template <class S>
+__global__ void sparse_mqa(Dims d, Meta m, const S* ql, const S* qR, KvCache<S> cache,
+                           const int* topk, S* olat, float* lse) {
+  extern __shared__ long long smem_ll[];
+  long long* slot = smem_ll;                        // K
+  float* q = reinterpret_cast<float*>(slot + d.K);  // L + dr
+  float* z = q + d.L + d.dr;                        // K
+  float* sh = z + d.K;                              // 32
+  const int t = blockIdx.x, h = blockIdx.y, r = m.request_of_token[t];
+  for (int i = threadIdx.x; i < d.L; i += blockDim.x)
+    q[i] = ld(ql[(static_cast<long long>(t) * d.H + h) * d.L + i]);
+  for (int i = threadIdx.x; i < d.dr; i += blockDim.x)
+    q[d.L + i] = ld(qR[(static_cast<long long>(t) * d.H + h) * d.dr + i]);
+  for (int k = threadIdx.x; k < d.K; k += blockDim.x) {
+    const int j = topk[static_cast<long long>(t) * d.K + k];
+    slot[k] = j >= 0 ? slot_of(d, m, r, j) : -1;
+  }
+  __syncthreads();
+  float zmax = -FLT_MAX;
+  int valid = 0;
+  for (int k = threadIdx.x; k < d.K; k += blockDim.x) {
+    if (slot[k] < 0) {
+      z[k] = -INFINITY;
+      continue;
+    }
+    ++valid;
+    float dot = 0.f;
+    for (int i = 0; i < d.L; ++i) dot = fmaf(q[i], latent_at(d, cache, slot[k], i), dot);
+    for (int i = 0; i < d.dr; ++i) dot = fmaf(q[d.L + i], ld(cache.rope[slot[k] * d.dr + i]), dot);
+    z[k] = dot * d.sigma;
+    zmax = fmaxf(zmax, z[k]);
+  }
+  const float any = block_sum(static_cast<float>(valid), sh);
+  S* o = olat + (static_cast<long long>(t) * d.H + h) * d.L;
+  if (any == 0.f) {
+    for (int i = threadIdx.x; i < d.L; i += blockDim.x) o[i] = st<S>(0.f);
+    if (threadIdx.x == 0) lse[static_cast<long long>(t) * d.H + h] = -INFINITY;
+    return;
+  }
+  const float mx = block_max(zmax, sh);
+  float part = 0.f;
+  for (int k = threadIdx.x; k < d.K; k += blockDim.x) {
+    const float p = slot[k] >= 0 ? expf(z[k] - mx) : 0.f;
+    part += p;
+    z[k] = rnd<S>(p);  // P in the storage precision before P.V
+  }
+  const float l = block_sum(part, sh);
+  __syncthreads();
+  for (int i = threadIdx.x; i < d.L; i += blockDim.x) {
+    float acc = 0.f;
+    for (int k = 0; k < d.K; ++k)
+      if (slot[k] >= 0) acc = fmaf(z[k], latent_at(d, cache, slot[k], i), acc);
+    o[i] = st<S>(acc / l);
+  }
+  if (threadIdx.x == 0) lse[static_cast<long long>(t) * d.H + h] = mx + logf(l);
+}
+
+/// residual_add: h = S(h + y) over T rows.
+template <class S>
+__global__ void residual_add(S* h, const S* y, long long n) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) h[i] = st<S>(ld(h[i]) + ld(y[i]));
+}
+
+}  // namespace dsv32::gpu::k
