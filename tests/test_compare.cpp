@@ -92,6 +92,19 @@ TEST(Compare, QuantizedValuesWithinOneQuantumAndLegalScaleFlips) {
   EXPECT_FALSE(compare_quantized(v3, sc3, vals, sc, 4).pass);
 }
 
+TEST(Compare, QuantizedGateWidensByTheBlocksT1Spread) {
+  const Tensor t0 = Tensor::from("qI8", {1, 4}, {0.5, -2, 3, 448}, DType::float8_e4m3fn);
+  const Tensor sc = Tensor::from("qI_scale", {1}, {1.0}, DType::float32);
+  Tensor got = t0;
+  got.data[0] = 1.0;  // 0.5 off: more than a quantum (0.0625) at 0.5
+  EXPECT_FALSE(compare_quantized(got, sc, t0, sc, 4).pass);
+  Tensor t1 = t0;
+  t1.data[1] = -2.25;  // T1 itself sits 0.25 from T0 in this block: 2 * 0.25 + quantum covers 0.5
+  EXPECT_TRUE(compare_quantized(got, sc, t0, sc, 4, &t1, &sc).pass);
+  got.data[0] = 1.5;  // 1.0 off: beyond the widened gate
+  EXPECT_FALSE(compare_quantized(got, sc, t0, sc, 4, &t1, &sc).pass);
+}
+
 TEST(TopkCheck, AcceptsValidRowsAndNamesWhatIsWrong) {
   const std::vector<double> s{0.1, 0.9, 0.5, 0.7, 0.2};
   EXPECT_NE(check_topk_row({1, 0, -1}, {0.1, 0.9}, 3, 0).find("in order"), std::string::npos);

@@ -96,7 +96,7 @@ std::vector<Verdict> run(const Options& o) {
       if (!cfg.is_full_layer(l)) continue;
       const TopkRows rows_l = topk_rows(tr.layers[l]);
       for (int t = 0; t < in.num_tokens; ++t) {
-        const Oracle::IndexScores sc = exact.index_scores(l, in, tr.layers[l], t);
+        const IndexScores sc = exact.index_scores(l, in, tr.layers[l], t);
         std::vector<int> row(rows_l.row(t).data(), rows_l.row(t).data() + cfg.index_topk);
         const std::string why = check_topk_row(row, sc.score, cfg.index_topk, 0.0);
         if (!why.empty() && topk_problem.empty())

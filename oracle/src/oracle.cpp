@@ -447,36 +447,43 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
   return trace;
 }
 
-Oracle::IndexScores Oracle::index_scores(int layer, const StepInput& in, const LayerTrace& lt,
-                                         int t) const {
-  const LayerCache& cache = caches_.at(layer);
-  if (!cfg_.is_full_layer(layer)) throw std::invalid_argument("index_scores: layer is not F");
-  const int HI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
-  const Tensor& q8 = lt.at("qI8");
-  const Tensor& om = lt.at("omega");
-  const int r = in.request_of_token.at(t), p = in.positions[t];
+IndexScores index_score_row(const double* q8, const double* omega, int HI, int dI,
+                            const std::vector<const double*>& keys, const std::vector<double>& kscale) {
   IndexScores out;
-  out.score.assign(p + 1, 0.0);
-  out.abs_terms.assign(p + 1, 0.0);
-  for (int j = 0; j <= p; ++j) {
-    const std::int64_t s = in.slot_of(r, j, cfg_.block_size);
+  out.score.assign(keys.size(), 0.0);
+  out.abs_terms.assign(keys.size(), 0.0);
+  for (std::size_t j = 0; j < keys.size(); ++j) {
     double acc = 0.0, abs_acc = 0.0;
     for (int hh = 0; hh < HI; ++hh) {
       double dot = 0.0, abs_dot = 0.0;
       for (int i = 0; i < dI; ++i) {
-        const double term =
-            q8.data[(static_cast<std::size_t>(t) * HI + hh) * dI + i] * cache.index_k(s, i);
+        const double term = q8[static_cast<std::size_t>(hh) * dI + i] * keys[j][i];
         dot += term;
         abs_dot += std::fabs(term);
       }
-      const double w = om.data[static_cast<std::size_t>(t) * HI + hh];
-      acc += w * std::max(dot, 0.0);
-      abs_acc += std::fabs(w) * abs_dot;
+      acc += omega[hh] * std::max(dot, 0.0);
+      abs_acc += std::fabs(omega[hh]) * abs_dot;
     }
-    out.score[j] = cache.index_scale[s] * acc;
-    out.abs_terms[j] = cache.index_scale[s] * abs_acc;
+    out.score[j] = kscale[j] * acc;
+    out.abs_terms[j] = kscale[j] * abs_acc;
   }
   return out;
+}
+
+IndexScores Oracle::index_scores(int layer, const StepInput& in, const LayerTrace& lt, int t) const {
+  const LayerCache& cache = caches_.at(layer);
+  if (!cfg_.is_full_layer(layer)) throw std::invalid_argument("index_scores: layer is not F");
+  const int HI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
+  const int r = in.request_of_token.at(t), p = in.positions[t];
+  std::vector<const double*> keys;
+  std::vector<double> kscale;
+  for (int j = 0; j <= p; ++j) {
+    const std::int64_t s = in.slot_of(r, j, cfg_.block_size);
+    keys.push_back(&cache.index_k(s, 0));
+    kscale.push_back(cache.index_scale[s]);
+  }
+  return index_score_row(&lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
+                         &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, keys, kscale);
 }
 
 }  // namespace dsv32

@@ -53,11 +53,15 @@ CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t lon
 /// Fixed-tolerance compare (bitwise when tol == 0), e.g. plan vs eager.
 CompareResult compare_abs(const Tensor& got, const Tensor& want, double tol);
 /// Quantized blocks: values dequantized with their scales must agree within one e4m3 quantum at
-/// each element's magnitude; a block scale may differ by 2x only where amax/448 lies within
-/// rounding of a power of two (reported in note). Values are (rows, block), scales (rows).
+/// each element's magnitude, widened by twice the block's T1 - T0 spread when T1 is given (in
+/// bf16 precision the values entering the quantizer carry bf16 roundings that move codes by
+/// more than a quantum; in fp32 precision T1 = T0 and the rule is the literal one). A block
+/// scale may differ by 2x only where amax/448 is within `boundary_rel` of a power of two
+/// (reported in note). Values are (rows, block), scales (rows).
 CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales,
                                 const Tensor& want_vals, const Tensor& want_scales,
-                                std::int64_t block);
+                                std::int64_t block, const Tensor* t1_vals = nullptr,
+                                const Tensor* t1_scales = nullptr, double boundary_rel = 1e-5);
 
 /// fp32 accumulation error bound of one index score: gamma_n * sum of |terms| (n = HI * dI).
 double index_score_eps(const Config& cfg, double abs_term_sum);

@@ -62,6 +62,15 @@ struct StepOptions {
 /// The "topk" stage of a layer trace as int rows.
 TopkRows topk_rows(const LayerTrace& lt);
 
+/// Index scores of one token over keys 0..n-1, and sum |terms| of each (for error bounds).
+struct IndexScores {
+  std::vector<double> score, abs_terms;
+};
+/// I(j) = kscale_j * sum_h omega_h relu(q8_h . key_j) in fp64 (products of e4m3 values are
+/// exact): q8 is (HI, dI) e4m3 values, omega (HI), keys[j] a dI-vector of e4m3 values.
+IndexScores index_score_row(const double* q8, const double* omega, int HI, int dI,
+                            const std::vector<const double*>& keys, const std::vector<double>& kscale);
+
 /// One layer's persistent caches (values as read back from the cache).
 struct LayerCache {
   Mat kv;           // (slots, Lkv + dr): [c ; kR]
@@ -85,9 +94,6 @@ class Oracle {
   /// Index scores I(t, j), j = 0..p(t), of real token t of a finished step, from this oracle's
   /// indexer cache and the qI8/omega of `lt` (the oracle's own trace or a GPU's); abs_terms[j]
   /// is sum |terms| of the same score, for fp32 error bounds (index_score_eps).
-  struct IndexScores {
-    std::vector<double> score, abs_terms;
-  };
   IndexScores index_scores(int layer, const StepInput& in, const LayerTrace& lt, int t) const;
 
   /// Fills the cache entries of positions [0, ctx) of every request of `in` with random
