@@ -32,7 +32,8 @@ struct GpuKeys {
     const Tensor &k8 = lt.at("kI8"), &ks = lt.at("kI_scale");
     for (int t = 0; t < in.num_tokens; ++t)
       key[{in.requests[in.request_of_token[t]].id, in.positions[t]}] = {
-          std::vector<double>(k8.data.begin() + t * dI, k8.data.begin() + (t + 1) * dI), ks.data[t]};
+          std::vector<double>(k8.data.begin() + t * dI, k8.data.begin() + (t + 1) * dI),
+          ks.data[t]};
   }
 };
 
@@ -69,21 +70,24 @@ std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::str
           k.push_back(e.first.data());
           ks.push_back(e.second);
         }
-        const IndexScores sc = index_score_row(&lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
-                                               &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, k, ks);
+        const IndexScores sc =
+            index_score_row(&lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
+                            &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, k, ks);
         double eps = 0;
         for (double a : sc.abs_terms) eps = std::max(eps, index_score_eps(cfg, a));
         const std::vector<int> row(rows.row(t).data(), rows.row(t).data() + K);
         if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
-          bad.push_back(gc.case_id + " step" + std::to_string(s) + "/layer" + std::to_string(l) + "/topk token " +
-                        std::to_string(t) + ": " + why + "  (replay: " + replay + ")");
+          bad.push_back(gc.case_id + " step" + std::to_string(s) + "/layer" + std::to_string(l) +
+                        "/topk token " + std::to_string(t) + ": " + why + "  (replay: " + replay +
+                        ")");
       }
     }
   }
   for (const StageDiff& d : diff_traces(cfg, got, want0, want1))
     if (!d.result.pass)
-      bad.push_back(gc.case_id + " plan eager " + d.where() + " (op " + std::string(stage_op(d.stage)) + "): " +
-                    d.result.summary() + "  (replay: " + replay + ")");
+      bad.push_back(gc.case_id + " plan eager " + d.where() + " (op " +
+                    std::string(stage_op(d.stage)) + "): " + d.result.summary() +
+                    "  (replay: " + replay + ")");
   return bad;
 }
 

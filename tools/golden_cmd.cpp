@@ -44,17 +44,18 @@ int list() {
 }
 
 int generate(const Options& o) {
-  std::vector<const golden::CaseSpec*> todo;
+  std::vector<golden::CaseSpec> todo;
   if (o.all)
     for (const golden::CaseSpec& c : golden::registry())
-      if (c.committed) todo.push_back(&c);
-  for (const std::string& n : o.cases) todo.push_back(&golden::find_case(n));
+      if (c.committed) todo.push_back(c);
+  for (const std::string& n : o.cases) todo.push_back(golden::find_case(n));
   if (todo.empty()) throw CLI::ValidationError("golden", "give --case NAME, --all or --list");
   std::filesystem::create_directories(o.out);
   const std::string generator = o.generator.empty() ? generator_string("golden") : o.generator;
   nlohmann::json manifest;
   fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "case", "steps", "bytes", "seconds", "file");
-  for (const golden::CaseSpec* spec : todo) {
+  for (const golden::CaseSpec& c : todo) {
+    const golden::CaseSpec* spec = &c;
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = (std::filesystem::path(o.out) / (spec->name + ".h5")).string();
     const golden::GoldenCase gc = golden::generate(*spec, generator, [&](int s, int n) {

@@ -214,7 +214,8 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
       const std::int64_t k = b * block + i;
       amax = std::max(amax, std::fabs(want_vals.data[k] * sw));
       if (t1_vals)
-        spread = std::max(spread, std::fabs(t1_vals->data[k] * t1_scales->data[b] - want_vals.data[k] * sw));
+        spread = std::max(
+            spread, std::fabs(t1_vals->data[k] * t1_scales->data[b] - want_vals.data[k] * sw));
     }
     bool scale_ok = sg == sw;
     if (!scale_ok && (sg == 2 * sw || sw == 2 * sg)) {
@@ -242,7 +243,8 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
   }
   r.tol = 1.0;  // max_err is in quanta
   if (scale_flips)
-    r.note = std::to_string(scale_flips) + " block scale(s) differ by 2x at a power-of-two boundary";
+    r.note =
+        std::to_string(scale_flips) + " block scale(s) differ by 2x at a power-of-two boundary";
   r.pass = r.count_over == 0;
   return r;
 }

@@ -448,7 +448,8 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
 }
 
 IndexScores index_score_row(const double* q8, const double* omega, int HI, int dI,
-                            const std::vector<const double*>& keys, const std::vector<double>& kscale) {
+                            const std::vector<const double*>& keys,
+                            const std::vector<double>& kscale) {
   IndexScores out;
   out.score.assign(keys.size(), 0.0);
   out.abs_terms.assign(keys.size(), 0.0);
@@ -470,7 +471,8 @@ IndexScores index_score_row(const double* q8, const double* omega, int HI, int d
   return out;
 }
 
-IndexScores Oracle::index_scores(int layer, const StepInput& in, const LayerTrace& lt, int t) const {
+IndexScores Oracle::index_scores(int layer, const StepInput& in, const LayerTrace& lt,
+                                 int t) const {
   const LayerCache& cache = caches_.at(layer);
   if (!cfg_.is_full_layer(layer)) throw std::invalid_argument("index_scores: layer is not F");
   const int HI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
@@ -483,7 +485,8 @@ IndexScores Oracle::index_scores(int layer, const StepInput& in, const LayerTrac
     kscale.push_back(cache.index_scale[s]);
   }
   return index_score_row(&lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
-                         &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, keys, kscale);
+                         &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, keys,
+                         kscale);
 }
 
 }  // namespace dsv32

@@ -106,7 +106,8 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
           const std::int64_t block = want->shape.back();
           // bf16 roundings before the quantizer move amax by up to ~2^-8.
           const double boundary = cfg.precision == Precision::bf16 ? 0x1p-7 : 1e-5;
-          d.result = compare_quantized(*got, a.at(sc), *want, b.at(sc), block, &e.at(name), &e.at(sc), boundary);
+          d.result = compare_quantized(*got, a.at(sc), *want, b.at(sc), block, &e.at(name),
+                                       &e.at(sc), boundary);
         } else {
           d.result = gate(*got, *want, e.at(name));
         }

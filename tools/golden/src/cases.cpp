@@ -99,7 +99,7 @@ const std::vector<CaseSpec>& registry() {
   return cases;
 }
 
-const CaseSpec& find_case(const std::string& name) {
+CaseSpec find_case(const std::string& name) {
   std::string known;
   for (const CaseSpec& c : registry()) {
     if (c.name == name) return c;

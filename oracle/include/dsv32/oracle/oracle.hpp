@@ -69,7 +69,8 @@ struct IndexScores {
 /// I(j) = kscale_j * sum_h omega_h relu(q8_h . key_j) in fp64 (products of e4m3 values are
 /// exact): q8 is (HI, dI) e4m3 values, omega (HI), keys[j] a dI-vector of e4m3 values.
 IndexScores index_score_row(const double* q8, const double* omega, int HI, int dI,
-                            const std::vector<const double*>& keys, const std::vector<double>& kscale);
+                            const std::vector<const double*>& keys,
+                            const std::vector<double>& kscale);
 
 /// One layer's persistent caches (values as read back from the cache).
 struct LayerCache {

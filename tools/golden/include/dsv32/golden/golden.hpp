@@ -62,7 +62,7 @@ struct CaseSpec {
 /// The registry (GOLDEN.md / issue 4 coverage), in a fixed order.
 const std::vector<CaseSpec>& registry();
 /// The case named `name`; throws std::invalid_argument listing the known names.
-const CaseSpec& find_case(const std::string& name);
+CaseSpec find_case(const std::string& name);  // a copy: no reference into a temporary
 
 /// Runs the oracle in both modes (T1 on T0's index sets) over the case's steps. `progress`
 /// gets (step, steps) after each step.
