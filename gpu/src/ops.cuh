@@ -376,6 +376,21 @@ __global__ void sparse_mqa(Dims d, Meta m, const S* ql, const S* qR, KvCache<S> 
   if (threadIdx.x == 0) lse[static_cast<long long>(t) * d.H + h] = mx + logf(l);
 }
 
+/// uv_proj / uv_proj_static: o[t, h, e] = S(sum_i olat[t, h, i] W_UV[h][e][i]) in a fixed
+/// order, so a row's result does not depend on how many rows run (the no-copy form runs T_a
+/// rows, the copy form T: both must agree bitwise). Grid (rows, H), threads over e.
+template <class S>
+__global__ void uv_bmm(Dims d, const S* olat, const S* w_kv_b, S* o) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const S* x = olat + (static_cast<long long>(t) * d.H + h) * d.L;
+  for (int e = threadIdx.x; e < d.dv; e += blockDim.x) {
+    const S* w = w_kv_b + (static_cast<long long>(h) * (d.dn + d.dv) + d.dn + e) * d.L;
+    float acc = 0.f;
+    for (int i = 0; i < d.L; ++i) acc = fmaf(ld(x[i]), ld(w[i]), acc);
+    o[(static_cast<long long>(t) * d.H + h) * d.dv + e] = st<S>(acc);
+  }
+}
+
 /// residual_add: h = S(h + y) over T rows.
 template <class S>
 __global__ void residual_add(S* h, const S* y, long long n) {

@@ -3,7 +3,10 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include "check.cuh"
 #include "dsv32/oracle/numerics.hpp"
@@ -72,31 +75,47 @@ std::vector<T> download(const T* p, std::size_t n) {
 
 }  // namespace
 
-const std::vector<std::string>& op_names() {
-  static const std::vector<std::string> ops{
-      "input_norm", "qkv_a_proj",   "indexer_wk_proj", "norm_rope_cache", "q_b_proj",
-      "uk_absorb",  "indexer_wq_b", "fused_q",         "indexer_topk",    "sparse_mqa",
-      "uv_proj",    "latent_copy",  "uv_proj_static",  "o_proj",          "residual_add"};
-  return ops;
-}
-
 struct Stack::Impl {
   virtual ~Impl() = default;
-  virtual StepTrace step(const StepInput& in) = 0;
+  virtual StepTrace run(const Plan& plan, const StepInput& in, bool replay_only) = 0;
+  virtual CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture) = 0;
+  virtual std::vector<double> residual(int T) = 0;
   Config cfg;
 };
 
 namespace {
 
 template <class S>
+using Buf = std::unique_ptr<DeviceBuffer<S>>;
+
+/// One layer's weights, caches and inter-op tensors (per layer, so a step's trace of every
+/// layer can be read after the step, also after a graph replay).
+template <class S>
 struct LayerDev {
-  std::unique_ptr<DeviceBuffer<S>> w_qkv_a, g_q, g_kv, w_q_b, w_kv_b, w_o, g_in;
-  std::unique_ptr<DeviceBuffer<S>> iw_q_b, iw_kw, ig_k, ib_k;  // iw_kw = [w_k; w_w]
+  Buf<S> w_qkv_a, g_q, g_kv, w_q_b, w_kv_b, w_o, g_in;
+  Buf<S> iw_q_b, iw_kw, ig_k, ib_k;  // iw_kw = [w_k; w_w]
   k::KvCache<S> kv{};
   k::IndexCache index{};
-  std::vector<std::unique_ptr<DeviceBuffer<std::uint8_t>>> owned_bytes;
-  std::vector<std::unique_ptr<DeviceBuffer<float>>> owned_floats;
-  std::vector<std::unique_ptr<DeviceBuffer<S>>> owned_s;
+  std::vector<Buf<std::uint8_t>> owned_bytes;
+  std::vector<Buf<float>> owned_floats;
+  std::vector<Buf<S>> owned_s;
+  // Inter-op tensors (max_tokens rows).
+  Buf<S> x, qkv, q_c, q, ql, qR, kR, c_read, kw, qI, o, y, olat_static, olat_trace;
+  Buf<std::uint8_t> q8, k8;
+  Buf<float> qscale, omega, kscale, lse;
+  Buf<int> topk_trace;
+};
+
+/// One recorded segment: a graph, or an eager op replayed by calling it again.
+struct Segment {
+  cudaGraphExec_t exec = nullptr;
+  std::function<void()> eager;
+  std::string label;
+};
+
+struct Capture {
+  std::vector<Segment> segments;
+  CaptureInfo info;
 };
 
 template <class S>
@@ -108,77 +127,167 @@ class StackImpl final : public Stack::Impl {
     cfg.validate();
     w.check_shapes(cfg);
     if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
+    if (max_tokens < 1) throw std::invalid_argument("gpu stack: max_tokens must be >= 1");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
     check_blas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    // A fixed workspace: cuBLAS allocates nothing while a stream is captured.
+    workspace_ = zeros<std::uint8_t>(32u << 20);
+    check_blas(cublasSetWorkspace(blas_, workspace_->get(), 32u << 20), "cublasSetWorkspace");
     const long long slots = static_cast<long long>(num_blocks) * cfg.block_size;
     for (int l = 0; l < cfg.num_layers; ++l) layers_.push_back(make_layer(w.layers[l], l, slots));
-    const int T = max_tokens, H = cfg.num_heads, L = cfg.kv_lora_rank;
-    h_ = zeros<S>(static_cast<std::size_t>(T) * cfg.hidden_size);
-    x_ = zeros<S>(static_cast<std::size_t>(T) * cfg.hidden_size);
-    qkv_ = zeros<S>(static_cast<std::size_t>(T) * cfg.qkv_a_rows());
-    q_c_ = zeros<S>(static_cast<std::size_t>(T) * cfg.q_lora_rank);
-    q_ = zeros<S>(static_cast<std::size_t>(T) * H * cfg.qk_head_dim());
-    ql_ = zeros<S>(static_cast<std::size_t>(T) * H * L);
-    qR_ = zeros<S>(static_cast<std::size_t>(T) * H * cfg.qk_rope_head_dim);
-    kR_ = zeros<S>(static_cast<std::size_t>(T) * cfg.qk_rope_head_dim);
-    c_read_ = zeros<S>(static_cast<std::size_t>(T) * L);
-    kw_ = zeros<S>(static_cast<std::size_t>(T) * (cfg.index_head_dim + cfg.index_n_heads));
-    qI_ = zeros<S>(static_cast<std::size_t>(T) * cfg.index_n_heads * cfg.index_head_dim);
-    q8_ = zeros<std::uint8_t>(static_cast<std::size_t>(T) * cfg.index_n_heads * cfg.index_head_dim);
-    qscale_ = zeros<float>(static_cast<std::size_t>(T) * cfg.index_n_heads);
-    omega_ = zeros<float>(static_cast<std::size_t>(T) * cfg.index_n_heads);
-    k8_ = zeros<std::uint8_t>(static_cast<std::size_t>(T) * cfg.index_head_dim);
-    kscale_ = zeros<float>(T);
-    topk_ = zeros<int>(static_cast<std::size_t>(T) * cfg.index_topk, 0xFF);
-    for (auto& r : ring_) r = zeros<S>(static_cast<std::size_t>(T) * H * L);
-    lse_ = zeros<float>(static_cast<std::size_t>(T) * H);
-    o_ = zeros<S>(static_cast<std::size_t>(T) * H * cfg.v_head_dim);
-    y_ = zeros<S>(static_cast<std::size_t>(T) * cfg.hidden_size);
+    const std::size_t T = static_cast<std::size_t>(max_tokens);
+    h_ = zeros<S>(T * cfg.hidden_size);
+    topk_ = zeros<int>(T * cfg.index_topk, 0xFF);
+    for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
     positions_ = zeros<int>(T);
     slots_ = zeros<long long>(T);
     request_of_token_ = zeros<int>(T);
+    max_blocks_ = (num_blocks + 0) ;  // a request can own at most every block
+    block_table_ = zeros<int>(T * static_cast<std::size_t>(max_blocks_), 0xFF);
+    max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
+    scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
+    grow_rope(max_len_);
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
   ~StackImpl() override {
+    for (auto& [key, cap] : captures_)
+      for (Segment& seg : cap.segments)
+        if (seg.exec) cudaGraphExecDestroy(seg.exec);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
 
-  StepTrace step(const StepInput& in) override {
-    const int T = in.capture_size, Ta = in.num_tokens;
+  StepTrace run(const Plan& plan, const StepInput& in, bool replay_only) override {
+    const int T = in.capture_size;
     if (T > max_tokens_)
-      throw std::invalid_argument("gpu stack: capture size " + std::to_string(T) +
-                                  " exceeds max_tokens " + std::to_string(max_tokens_));
+      throw std::invalid_argument("gpu stack: capture size " + std::to_string(T) + " exceeds max_tokens " +
+                                  std::to_string(max_tokens_));
     if (in.hidden.rows() != T || static_cast<int>(in.positions.size()) != T)
       throw ScenarioError("gpu stack: step input is not derived");
-    upload_metadata(in);
-    // The residual stream enters in the storage dtype; padded rows keep whatever they hold.
-    std::vector<S> hid(static_cast<std::size_t>(T) * cfg.hidden_size);
-    for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = to_storage<S>(in.hidden.data()[i]);
-    check(cudaMemcpyAsync(h_->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice,
-                          stream_),
-          "upload hidden");
-    StepTrace trace;
-    const k::Dims d = dims(T);
-    const k::Meta m = meta();
-    for (int l = 0; l < cfg.num_layers; ++l) {
-      run_layer(l, d, m, T, Ta);
-      trace.layers.push_back(layer_trace(l, Ta));
+    if (static_cast<int>(in.requests.size()) > max_tokens_)
+      throw ScenarioError("gpu stack: more requests than max_tokens");
+    upload_step(in);
+    if (!plan.capture) {
+      for (int l = 0; l < cfg.num_layers; ++l)
+        for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+    } else {
+      auto it = captures_.find({plan.name, T});
+      if (it == captures_.end()) {
+        if (replay_only)
+          throw PlanError("plan '" + plan.name + "' was not captured at capture size " + std::to_string(T));
+        capture(plan, T, false);
+        upload_step(in);  // capture ran its eager ops on empty metadata
+        it = captures_.find({plan.name, T});
+      }
+      for (Segment& seg : it->second.segments) {
+        if (seg.exec) check(cudaGraphLaunch(seg.exec, stream_), ("replay graph " + seg.label).c_str());
+        else seg.eager();
+      }
     }
-    trace.output = tensor_of("output", h_->get(), Ta, {cfg.hidden_size});
-    check(cudaStreamSynchronize(stream_), "step");
-    return trace;
+    check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
+    return trace();
+  }
+
+  std::vector<double> residual(int T) override {
+    const std::vector<S> host = download(h_->get(), static_cast<std::size_t>(T) * cfg.hidden_size);
+    std::vector<double> out(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) out[i] = from_storage(host[i]);
+    return out;
+  }
+
+  CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture) override {
+    validate(plan, cfg, allow_host_capture);
+    if (!plan.capture) throw PlanError("plan '" + plan.name + "' captures nothing");
+    if (T > max_tokens_) throw PlanError("capture size " + std::to_string(T) + " exceeds max_tokens");
+    cudaStreamCaptureStatus status;
+    check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
+    if (status != cudaStreamCaptureStatusNone) throw PlanError("nested capture: the stream is already capturing");
+    // Empty metadata: every row padded, no real token; eager ops then have no work.
+    StepInput empty;
+    empty.capture_size = T;
+    empty.num_tokens = 0;
+    empty.positions.assign(T, 0);
+    empty.slots.assign(T, -1);
+    empty.hidden = Mat::Ones(T, cfg.hidden_size);
+    upload_step(empty);
+    for (int l = 0; l < cfg.num_layers; ++l)  // warm-up on the capture stream
+      for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+    check(cudaStreamSynchronize(stream_), "capture warm-up");
+    upload_step(empty);  // ones again: a graph op that ran during capture would change them
+    Capture cap;
+    bool open = false;
+    std::string label;
+    const auto close = [&] {
+      if (!open) return;
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+      cudaGraphExec_t exec = nullptr;
+      check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cudaGraphDestroy(graph);
+      cap.segments.push_back({exec, {}, label});
+      cap.info.graphs++;
+      cap.info.structure += "G";
+      open = false;
+      label.clear();
+    };
+    try {
+      for (int l = 0; l < cfg.num_layers; ++l)
+        for (const std::string& op : plan.ops(cfg, l)) {
+          const std::string where = "layer" + std::to_string(l) + "/" + op;
+          if (plan.at(l, op) == Placement::graph) {
+            if (!open) {
+              check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+              open = true;
+            }
+            run_op(l, op);
+            label += (label.empty() ? "" : ",") + where;
+            continue;
+          }
+          close();
+          run_op(l, op);  // for real, on empty metadata
+          if (!cap.segments.empty() && cap.segments.back().eager) {
+            auto prev = std::move(cap.segments.back().eager);
+            cap.segments.back().eager = [prev, this, l, op] { prev(); run_op(l, op); };
+            cap.segments.back().label += "," + where;
+          } else {
+            cap.segments.push_back({nullptr, [this, l, op] { run_op(l, op); }, where});
+            cap.info.eager_breaks++;
+            cap.info.structure += "E";
+          }
+        }
+      close();
+    } catch (...) {
+      // Leave no half-open capture behind: end it and drop what was recorded.
+      cudaStreamCaptureStatus st;
+      if (cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+        cudaGraph_t g = nullptr;
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+      }
+      cudaGetLastError();
+      for (Segment& seg : cap.segments)
+        if (seg.exec) cudaGraphExecDestroy(seg.exec);
+      throw;
+    }
+    check(cudaStreamSynchronize(stream_), "capture");
+    auto old = captures_.find({plan.name, T});
+    if (old != captures_.end()) {
+      for (Segment& seg : old->second.segments)
+        if (seg.exec) cudaGraphExecDestroy(seg.exec);
+      captures_.erase(old);
+    }
+    const CaptureInfo info = cap.info;
+    captures_.emplace(std::make_pair(plan.name, T), std::move(cap));
+    return info;
   }
 
  private:
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
     LayerDev<S> ld;
-    const auto up = [](const auto& m) {
-      return upload<S>(m.data(), static_cast<std::size_t>(m.size()));
-    };
+    const auto up = [](const auto& m) { return upload<S>(m.data(), static_cast<std::size_t>(m.size())); };
     ld.w_qkv_a = up(w.w_qkv_a);
     ld.g_q = up(w.g_q);
     ld.g_kv = up(w.g_kv);
@@ -186,7 +295,8 @@ class StackImpl final : public Stack::Impl {
     ld.w_kv_b = up(w.w_kv_b);
     ld.w_o = up(w.w_o);
     ld.g_in = up(w.g_in);
-    const int L = cfg.kv_lora_rank, dr = cfg.qk_rope_head_dim;
+    const int L = cfg.kv_lora_rank, dr = cfg.qk_rope_head_dim, H = cfg.num_heads;
+    const int HI = cfg.index_n_heads, dI = cfg.index_head_dim;
     if (cfg.kv_cache == KvCache::fp8_ds_mla) {
       ld.owned_bytes.push_back(zeros<std::uint8_t>(slots * L));
       ld.kv.codes = ld.owned_bytes.back()->get();
@@ -206,19 +316,41 @@ class StackImpl final : public Stack::Impl {
       ld.iw_kw = up(kw);
       ld.ig_k = up(iw.g_k);
       ld.ib_k = up(iw.b_k);
-      ld.owned_bytes.push_back(zeros<std::uint8_t>(slots * cfg.index_head_dim, 0x7F));
+      ld.owned_bytes.push_back(zeros<std::uint8_t>(slots * dI, 0x7F));
       ld.index.codes = ld.owned_bytes.back()->get();
       ld.owned_floats.push_back(zeros<float>(slots, 0xFF));
       ld.index.scales = ld.owned_floats.back()->get();
     }
+    const std::size_t T = static_cast<std::size_t>(max_tokens_);
+    ld.x = zeros<S>(T * cfg.hidden_size);
+    ld.qkv = zeros<S>(T * cfg.qkv_a_rows());
+    ld.q_c = zeros<S>(T * cfg.q_lora_rank);
+    ld.q = zeros<S>(T * H * cfg.qk_head_dim());
+    ld.ql = zeros<S>(T * H * L);
+    ld.qR = zeros<S>(T * H * dr);
+    ld.kR = zeros<S>(T * dr);
+    ld.c_read = zeros<S>(T * L);
+    ld.kw = zeros<S>(T * (dI + HI));
+    ld.qI = zeros<S>(T * HI * dI);
+    ld.o = zeros<S>(T * H * cfg.v_head_dim);
+    ld.y = zeros<S>(T * cfg.hidden_size);
+    ld.olat_static = zeros<S>(T * H * L);
+    ld.olat_trace = zeros<S>(T * H * L);
+    ld.q8 = zeros<std::uint8_t>(T * HI * dI);
+    ld.k8 = zeros<std::uint8_t>(T * dI);
+    ld.qscale = zeros<float>(T * HI);
+    ld.omega = zeros<float>(T * HI);
+    ld.kscale = zeros<float>(T);
+    ld.lse = zeros<float>(T * H);
+    ld.topk_trace = zeros<int>(T * cfg.index_topk);
     return ld;
   }
 
   int tiles() const { return (cfg.kv_lora_rank + kDsMlaTile - 1) / kDsMlaTile; }
 
-  k::Dims dims(int T) const {
+  k::Dims dims() const {
     k::Dims d{};
-    d.T = T;
+    d.T = T_;
     d.D = cfg.hidden_size;
     d.H = cfg.num_heads;
     d.Rq = cfg.q_lora_rank;
@@ -234,8 +366,7 @@ class StackImpl final : public Stack::Impl {
     d.eps = static_cast<float>(cfg.rms_norm_eps);
     d.ieps = static_cast<float>(cfg.indexer_norm_eps);
     d.sigma = static_cast<float>(cfg.softmax_scale());
-    d.head_norm = static_cast<float>(
-        1.0 / std::sqrt(static_cast<double>(cfg.index_head_dim) * cfg.index_n_heads));
+    d.head_norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg.index_head_dim) * cfg.index_n_heads));
     d.neox = cfg.indexer_rope == IndexerRope::neox;
     d.hadamard = cfg.hadamard == Hadamard::on;
     d.fp8_kv = cfg.kv_cache == KvCache::fp8_ds_mla;
@@ -244,157 +375,141 @@ class StackImpl final : public Stack::Impl {
   }
 
   k::Meta meta() const {
-    return {positions_->get(),   slots_->get(),    request_of_token_->get(),
-            block_table_->get(), rope_cos_->get(), rope_sin_->get()};
+    return {positions_->get(), slots_->get(), request_of_token_->get(), block_table_->get(),
+            rope_cos_->get(), rope_sin_->get()};
   }
 
-  /// Host metadata of the step, and the model's cos/sin table grown to its largest position.
-  void upload_metadata(const StepInput& in) {
+  /// The step's inputs into the static buffers (device) and its host metadata (this object).
+  void upload_step(const StepInput& in) {
     const int T = in.capture_size;
-    std::vector<long long> slots(in.slots.begin(), in.slots.end());
-    check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int),
-                          cudaMemcpyHostToDevice, stream_),
+    T_ = T;
+    Ta_ = in.num_tokens;
+    std::vector<S> hid(static_cast<std::size_t>(T) * cfg.hidden_size);
+    for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = to_storage<S>(in.hidden.data()[i]);
+    check(cudaMemcpyAsync(h_->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice, stream_), "upload hidden");
+    const std::vector<long long> slots(in.slots.begin(), in.slots.end());
+    check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int), cudaMemcpyHostToDevice, stream_),
           "upload positions");
-    check(cudaMemcpyAsync(slots_->get(), slots.data(), T * sizeof(long long),
-                          cudaMemcpyHostToDevice, stream_),
+    check(cudaMemcpyAsync(slots_->get(), slots.data(), T * sizeof(long long), cudaMemcpyHostToDevice, stream_),
           "upload slots");
-    check(cudaMemcpyAsync(request_of_token_->get(), in.request_of_token.data(),
-                          in.num_tokens * sizeof(int), cudaMemcpyHostToDevice, stream_),
-          "upload request_of_token");
-    int mb = 1, max_len = 1;
-    for (const RequestStep& r : in.requests) {
-      mb = std::max<int>(mb, static_cast<int>(r.block_table.size()));
-      max_len = std::max(max_len, r.seq_len());
+    if (Ta_ > 0)
+      check(cudaMemcpyAsync(request_of_token_->get(), in.request_of_token.data(), Ta_ * sizeof(int),
+                            cudaMemcpyHostToDevice, stream_), "upload request_of_token");
+    std::vector<int> table(in.requests.size() * max_blocks_, -1);
+    int longest = 1;
+    for (std::size_t r = 0; r < in.requests.size(); ++r) {
+      if (in.requests[r].block_table.size() > static_cast<std::size_t>(max_blocks_))
+        throw ScenarioError("gpu stack: a block table is longer than the cache");
+      std::copy(in.requests[r].block_table.begin(), in.requests[r].block_table.end(), table.begin() + r * max_blocks_);
+      longest = std::max(longest, in.requests[r].seq_len());
     }
-    std::vector<int> table(in.requests.size() * mb, -1);
-    for (std::size_t r = 0; r < in.requests.size(); ++r)
-      std::copy(in.requests[r].block_table.begin(), in.requests[r].block_table.end(),
-                table.begin() + r * mb);
-    max_blocks_ = mb;
-    block_table_ = zeros<int>(table.size());
-    check(cudaMemcpyAsync(block_table_->get(), table.data(), table.size() * sizeof(int),
-                          cudaMemcpyHostToDevice, stream_),
-          "upload block table");
-    max_len_ = max_len;
-    if (!scores_ || scores_->size() < static_cast<std::size_t>(max_tokens_) * max_len)
-      scores_ = zeros<float>(static_cast<std::size_t>(max_tokens_) * max_len);
-    grow_rope(std::max(max_len, 1));
-    check(cudaStreamSynchronize(stream_), "upload metadata");  // host vectors die here
+    if (!table.empty())
+      check(cudaMemcpyAsync(block_table_->get(), table.data(), table.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
+            "upload block table");
+    longest_ = longest;
+    check(cudaStreamSynchronize(stream_), "upload step");  // host vectors die here
   }
 
   void grow_rope(int positions) {
-    if (positions <= rope_positions_) return;
-    int n = std::max(64, rope_positions_);
-    while (n < positions) n *= 2;
     const int half = cfg.qk_rope_head_dim / 2;
-    std::vector<float> c(static_cast<std::size_t>(n) * half), s(c.size());
-    for (int p = 0; p < n; ++p)
+    std::vector<float> c(static_cast<std::size_t>(positions) * half), s(c.size());
+    for (int p = 0; p < positions; ++p)
       for (int i = 0; i < half; ++i) {
         c[static_cast<std::size_t>(p) * half + i] = static_cast<float>(rope_.cos(p, i));
         s[static_cast<std::size_t>(p) * half + i] = static_cast<float>(rope_.sin(p, i));
       }
     rope_cos_ = zeros<float>(c.size());
     rope_sin_ = zeros<float>(s.size());
-    check(cudaMemcpy(rope_cos_->get(), c.data(), c.size() * sizeof(float), cudaMemcpyHostToDevice),
-          "rope table");
-    check(cudaMemcpy(rope_sin_->get(), s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice),
-          "rope table");
-    rope_positions_ = n;
+    check(cudaMemcpy(rope_cos_->get(), c.data(), c.size() * sizeof(float), cudaMemcpyHostToDevice), "rope table");
+    check(cudaMemcpy(rope_sin_->get(), s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "rope table");
   }
 
   /// Y (rows x n) = X (rows x k, row stride ldx) * W^T, W (n x k) row-major.
-  void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
-            const char* op) {
+  void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim, const char* op) {
     const float one = 1.f, zero = 0.f;
-    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w, cuda_type<S>(),
-                            kdim, x, cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy,
-                            compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w, cuda_type<S>(), kdim, x,
+                            cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy, compute_type<S>(),
+                            CUBLAS_GEMM_DEFAULT),
                op);
   }
 
-  void run_layer(int l, const k::Dims& d, const k::Meta& m, int T, int Ta) {
+  /// Runs one op of layer l at the current capture size (G ops over T rows, H ops over T_a).
+  void run_op(int l, const std::string& op) {
     LayerDev<S>& w = layers_[l];
-    const bool full = cfg.is_full_layer(l);
-    const int H = d.H, L = d.L, dq = d.dn + d.dr, dkv = d.dn + d.dv;
+    const k::Dims d = dims();
+    const k::Meta m = meta();
+    const int T = T_, Ta = Ta_, H = d.H, L = d.L, dq = d.dn + d.dr, dkv = d.dn + d.dv;
     const float one = 1.f, zero = 0.f;
-    // input_norm
-    k::rmsnorm<S>
-        <<<T, 256, 0, stream_>>>(h_->get(), d.D, w.g_in->get(), x_->get(), d.D, d.D, d.eps);
-    check(cudaGetLastError(), "input_norm");
-    // qkv_a_proj
-    gemm(x_->get(), d.D, w.w_qkv_a->get(), qkv_->get(), d.Rq + L + d.dr, T, d.Rq + L + d.dr, d.D,
-         "qkv_a_proj");
-    // indexer_wk_proj
-    if (full)
-      gemm(x_->get(), d.D, w.iw_kw->get(), kw_->get(), d.dI + d.HI, T, d.dI + d.HI, d.D,
-           "indexer_wk_proj");
-    // norm_rope_cache
-    k::rmsnorm<S><<<T, 256, 0, stream_>>>(qkv_->get(), d.Rq + L + d.dr, w.g_q->get(), q_c_->get(),
-                                          d.Rq, d.Rq, d.eps);
-    k::kv_insert<S><<<T, 256, (L + 32) * sizeof(float), stream_>>>(d, m, qkv_->get(), w.g_kv->get(),
-                                                                   w.kv, kR_->get());
-    if (full) {
-      k::index_k_insert<S><<<T, 128, 0, stream_>>>(d, m, kw_->get(), w.ig_k->get(), w.ib_k->get(),
-                                                   w.index, k8_->get(), kscale_->get());
-      const long long n = static_cast<long long>(T) * d.K;
-      k::topk_clear<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(topk_->get(), n);
+    if (op == "input_norm") {
+      k::rmsnorm<S><<<T, 256, 0, stream_>>>(h_->get(), d.D, w.g_in->get(), w.x->get(), d.D, d.D, d.eps);
+    } else if (op == "qkv_a_proj") {
+      gemm(w.x->get(), d.D, w.w_qkv_a->get(), w.qkv->get(), d.Rq + L + d.dr, T, d.Rq + L + d.dr, d.D, "qkv_a_proj");
+    } else if (op == "indexer_wk_proj") {
+      gemm(w.x->get(), d.D, w.iw_kw->get(), w.kw->get(), d.dI + d.HI, T, d.dI + d.HI, d.D, "indexer_wk_proj");
+    } else if (op == "norm_rope_cache") {
+      k::rmsnorm<S><<<T, 256, 0, stream_>>>(w.qkv->get(), d.Rq + L + d.dr, w.g_q->get(), w.q_c->get(), d.Rq, d.Rq, d.eps);
+      k::kv_insert<S><<<T, 256, (L + 32) * sizeof(float), stream_>>>(d, m, w.qkv->get(), w.g_kv->get(), w.kv, w.kR->get());
+      if (cfg.is_full_layer(l)) {
+        k::index_k_insert<S><<<T, 128, 0, stream_>>>(d, m, w.kw->get(), w.ig_k->get(), w.ib_k->get(), w.index,
+                                                      w.k8->get(), w.kscale->get());
+        const long long n = static_cast<long long>(T) * d.K;
+        k::topk_clear<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(topk_->get(), n);
+      }
+    } else if (op == "q_b_proj") {
+      gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
+    } else if (op == "uk_absorb") {
+      // ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads
+      check_blas(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
+                                            cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(),
+                                            cuda_type<S>(), H * dq, dq, &zero, w.ql->get(), cuda_type<S>(), H * L,
+                                            L, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                 "uk_absorb");
+    } else if (op == "indexer_wq_b") {
+      gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq, "indexer_wq_b");
+    } else if (op == "fused_q") {
+      k::q_rope<S><<<T, 128, 0, stream_>>>(d, m, w.q->get(), w.qR->get());
+      if (cfg.is_full_layer(l))
+        k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(d, m, w.qI->get(), w.kw->get(), w.q8->get(),
+                                                         w.qscale->get(), w.omega->get());
+    } else if (op == "indexer_topk") {
+      if (Ta > 0) {
+        const dim3 grid(Ta, (longest_ + 127) / 128);
+        k::index_scores<<<grid, 128, (d.HI * 128 + d.HI) * sizeof(float), stream_>>>(d, m, w.q8->get(), w.omega->get(),
+                                                                                   w.index, scores_->get(), max_len_);
+        k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
+      }
+    } else if (op == "sparse_mqa") {
+      // The backend returns its output in a buffer it owns; the address rotates call to call.
+      S* olat = ring_[ring_next_]->get();
+      ring_next_ = (ring_next_ + 1) % ring_.size();
+      backend_olat_ = olat;
+      if (Ta > 0) {
+        const std::size_t shm = d.K * sizeof(long long) + (L + d.dr + d.K + 32) * sizeof(float);
+        k::sparse_mqa<S><<<dim3(Ta, H), 128, shm, stream_>>>(d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), olat,
+                                                            w.lse->get());
+        // Trace copies (not part of the op's contract): this layer's sets and latent.
+        check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(), static_cast<std::size_t>(Ta) * d.K * sizeof(int),
+                              cudaMemcpyDeviceToDevice, stream_), "sparse_mqa trace");
+        check(cudaMemcpyAsync(w.olat_trace->get(), olat, static_cast<std::size_t>(Ta) * H * L * sizeof(S),
+                              cudaMemcpyDeviceToDevice, stream_), "sparse_mqa trace");
+      }
+    } else if (op == "uv_proj") {  // no-copy form: backend rows [0, T_a) into o
+      if (Ta > 0) k::uv_bmm<S><<<dim3(Ta, H), 128, 0, stream_>>>(d, backend_olat_, w.w_kv_b->get(), w.o->get());
+    } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
+      if (Ta > 0)
+        check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_, static_cast<std::size_t>(Ta) * H * L * sizeof(S),
+                              cudaMemcpyDeviceToDevice, stream_), "latent_copy");
+    } else if (op == "uv_proj_static") {  // copy form: all T rows of the static latent
+      k::uv_bmm<S><<<dim3(T, H), 128, 0, stream_>>>(d, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
+    } else if (op == "o_proj") {
+      gemm(w.o->get(), H * d.dv, w.w_o->get(), w.y->get(), d.D, T, d.D, H * d.dv, "o_proj");
+    } else if (op == "residual_add") {
+      const long long n = static_cast<long long>(T) * d.D;
+      k::residual_add<S><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(h_->get(), w.y->get(), n);
+    } else {
+      throw PlanError("unknown op '" + op + "'");
     }
-    check(cudaGetLastError(), "norm_rope_cache");
-    // q_b_proj
-    gemm(q_c_->get(), d.Rq, w.w_q_b->get(), q_->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
-    // uk_absorb: ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads
-    check_blas(
-        cublasGemmStridedBatchedEx(
-            blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(), cuda_type<S>(), L,
-            static_cast<long long>(dkv) * L, q_->get(), cuda_type<S>(), H * dq, dq, &zero,
-            ql_->get(), cuda_type<S>(), H * L, L, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
-        "uk_absorb");
-    // indexer_wq_b
-    if (full)
-      gemm(q_c_->get(), d.Rq, w.iw_q_b->get(), qI_->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
-           "indexer_wq_b");
-    // fused_q
-    k::q_rope<S><<<T, 128, 0, stream_>>>(d, m, q_->get(), qR_->get());
-    if (full)
-      k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(d, m, qI_->get(), kw_->get(), q8_->get(),
-                                                        qscale_->get(), omega_->get());
-    check(cudaGetLastError(), "fused_q");
-    // indexer_topk (rows [0, T_a))
-    if (full && Ta > 0) {
-      const dim3 grid(Ta, (max_len_ + 127) / 128);
-      k::index_scores<<<grid, 128, (d.HI * 128 + d.HI) * sizeof(float), stream_>>>(
-          d, m, q8_->get(), omega_->get(), w.index, scores_->get(), max_len_);
-      k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
-      check(cudaGetLastError(), "indexer_topk");
-    }
-    // sparse_mqa into the backend-owned ring (its address changes call to call)
-    S* olat = ring_[ring_next_]->get();
-    ring_next_ = (ring_next_ + 1) % ring_.size();
-    if (Ta > 0) {
-      const std::size_t shm = d.K * sizeof(long long) + (L + d.dr + d.K + 32) * sizeof(float);
-      k::sparse_mqa<S><<<dim3(Ta, H), 128, shm, stream_>>>(d, m, ql_->get(), qR_->get(), w.kv,
-                                                           topk_->get(), olat, lse_->get());
-      check(cudaGetLastError(), "sparse_mqa");
-      // uv_proj (no-copy form): o_h (T_a x dv) = olat_h (T_a x L) W_UV[h]^T
-      check_blas(
-          cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, d.dv, Ta, L, &one,
-                                     w.w_kv_b->get() + static_cast<long long>(d.dn) * L,
-                                     cuda_type<S>(), L, static_cast<long long>(dkv) * L, olat,
-                                     cuda_type<S>(), H * L, L, &zero, o_->get(), cuda_type<S>(),
-                                     H * d.dv, d.dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
-          "uv_proj");
-    }
-    last_olat_ = olat;
-    // o_proj over all T rows, residual_add
-    gemm(o_->get(), H * d.dv, w.w_o->get(), y_->get(), d.D, T, d.D, H * d.dv, "o_proj");
-    const long long n = static_cast<long long>(T) * d.D;
-    k::residual_add<S>
-        <<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(h_->get(), y_->get(), n);
-    check(cudaGetLastError(), "residual_add");
-    if (Ta > 0) {
-      k::read_latent<S><<<Ta, 128, 0, stream_>>>(d, m, w.kv, c_read_->get());
-      check(cudaGetLastError(), "read_latent");
-    }
+    check(cudaGetLastError(), ("layer" + std::to_string(l) + "/" + op).c_str());
   }
 
   Tensor tensor_of(const char* name, const S* p, int rows, std::vector<std::int64_t> tail) {
@@ -414,12 +529,10 @@ class StackImpl final : public Stack::Impl {
     const std::vector<float> host = download(p, static_cast<std::size_t>(rows * per));
     std::vector<std::int64_t> shape{rows};
     shape.insert(shape.end(), tail.begin(), tail.end());
-    return Tensor::from(name, std::move(shape), std::vector<double>(host.begin(), host.end()),
-                        storage_dtype(cfg, name));
+    return Tensor::from(name, std::move(shape), std::vector<double>(host.begin(), host.end()), storage_dtype(cfg, name));
   }
 
-  Tensor codes_of(const char* name, const std::uint8_t* p, int rows,
-                  std::vector<std::int64_t> tail) {
+  Tensor codes_of(const char* name, const std::uint8_t* p, int rows, std::vector<std::int64_t> tail) {
     std::int64_t per = 1;
     for (auto v : tail) per *= v;
     const std::vector<std::uint8_t> host = download(p, static_cast<std::size_t>(rows * per));
@@ -430,50 +543,57 @@ class StackImpl final : public Stack::Impl {
     return Tensor::from(name, std::move(shape), std::move(data), DType::float8_e4m3fn);
   }
 
-  LayerTrace layer_trace(int l, int Ta) {
-    check(cudaStreamSynchronize(stream_), "layer");
-    const int H = cfg.num_heads, L = cfg.kv_lora_rank, dr = cfg.qk_rope_head_dim,
-              HI = cfg.index_n_heads;
-    LayerTrace lt;
-    lt.tensors.push_back(tensor_of("q_c", q_c_->get(), Ta, {cfg.q_lora_rank}));
-    lt.tensors.push_back(tensor_of("c", c_read_->get(), Ta, {L}));
-    lt.tensors.push_back(tensor_of("kR", kR_->get(), Ta, {dr}));
-    lt.tensors.push_back(tensor_of("ql", ql_->get(), Ta, {H, L}));
-    lt.tensors.push_back(tensor_of("qR", qR_->get(), Ta, {H, dr}));
-    if (cfg.is_full_layer(l)) {
-      lt.tensors.push_back(codes_of("qI8", q8_->get(), Ta, {HI, cfg.index_head_dim}));
-      lt.tensors.push_back(floats_of("qI_scale", qscale_->get(), Ta, {HI}));
-      lt.tensors.push_back(codes_of("kI8", k8_->get(), Ta, {cfg.index_head_dim}));
-      lt.tensors.push_back(floats_of("kI_scale", kscale_->get(), Ta, {}));
-      lt.tensors.push_back(floats_of("omega", omega_->get(), Ta, {HI}));
+  /// Every stage of rows [0, T_a) of every layer, read after the step.
+  StepTrace trace() {
+    const int Ta = Ta_;
+    const k::Dims d = dims();
+    const k::Meta m = meta();
+    StepTrace tr;
+    const int H = cfg.num_heads, L = cfg.kv_lora_rank, dr = cfg.qk_rope_head_dim, HI = cfg.index_n_heads;
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      LayerDev<S>& w = layers_[l];
+      if (Ta > 0) k::read_latent<S><<<Ta, 128, 0, stream_>>>(d, m, w.kv, w.c_read->get());
+      check(cudaStreamSynchronize(stream_), "trace");
+      LayerTrace lt;
+      lt.tensors.push_back(tensor_of("q_c", w.q_c->get(), Ta, {cfg.q_lora_rank}));
+      lt.tensors.push_back(tensor_of("c", w.c_read->get(), Ta, {L}));
+      lt.tensors.push_back(tensor_of("kR", w.kR->get(), Ta, {dr}));
+      lt.tensors.push_back(tensor_of("ql", w.ql->get(), Ta, {H, L}));
+      lt.tensors.push_back(tensor_of("qR", w.qR->get(), Ta, {H, dr}));
+      if (cfg.is_full_layer(l)) {
+        lt.tensors.push_back(codes_of("qI8", w.q8->get(), Ta, {HI, cfg.index_head_dim}));
+        lt.tensors.push_back(floats_of("qI_scale", w.qscale->get(), Ta, {HI}));
+        lt.tensors.push_back(codes_of("kI8", w.k8->get(), Ta, {cfg.index_head_dim}));
+        lt.tensors.push_back(floats_of("kI_scale", w.kscale->get(), Ta, {}));
+        lt.tensors.push_back(floats_of("omega", w.omega->get(), Ta, {HI}));
+      }
+      const std::vector<int> tk = download(w.topk_trace->get(), static_cast<std::size_t>(Ta) * cfg.index_topk);
+      lt.tensors.push_back(Tensor::from("topk", {Ta, cfg.index_topk}, std::vector<double>(tk.begin(), tk.end()), DType::int32));
+      lt.tensors.push_back(tensor_of("olat", w.olat_trace->get(), Ta, {H, L}));
+      lt.tensors.push_back(floats_of("lse", w.lse->get(), Ta, {H}));
+      lt.tensors.push_back(tensor_of("o", w.o->get(), Ta, {static_cast<std::int64_t>(H) * cfg.v_head_dim}));
+      lt.tensors.push_back(tensor_of("y", w.y->get(), Ta, {cfg.hidden_size}));
+      tr.layers.push_back(std::move(lt));
     }
-    const std::vector<int> tk =
-        download(topk_->get(), static_cast<std::size_t>(Ta) * cfg.index_topk);
-    lt.tensors.push_back(Tensor::from("topk", {Ta, cfg.index_topk},
-                                      std::vector<double>(tk.begin(), tk.end()), DType::int32));
-    lt.tensors.push_back(tensor_of("olat", last_olat_, Ta, {H, L}));
-    lt.tensors.push_back(floats_of("lse", lse_->get(), Ta, {H}));
-    lt.tensors.push_back(
-        tensor_of("o", o_->get(), Ta, {static_cast<std::int64_t>(H) * cfg.v_head_dim}));
-    lt.tensors.push_back(tensor_of("y", y_->get(), Ta, {cfg.hidden_size}));
-    return lt;
+    tr.output = tensor_of("output", h_->get(), Ta, {cfg.hidden_size});
+    return tr;
   }
 
   int num_blocks_, max_tokens_;
   Rope rope_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  Buf<std::uint8_t> workspace_;
   std::vector<LayerDev<S>> layers_;
-  std::unique_ptr<DeviceBuffer<S>> h_, x_, qkv_, q_c_, q_, ql_, qR_, kR_, c_read_, kw_, qI_, o_, y_;
-  std::unique_ptr<DeviceBuffer<std::uint8_t>> q8_, k8_;
-  std::unique_ptr<DeviceBuffer<float>> qscale_, omega_, kscale_, lse_, scores_, rope_cos_,
-      rope_sin_;
-  std::unique_ptr<DeviceBuffer<int>> topk_, positions_, request_of_token_, block_table_;
-  std::unique_ptr<DeviceBuffer<long long>> slots_;
-  std::array<std::unique_ptr<DeviceBuffer<S>>, 2> ring_;
+  Buf<S> h_;
+  Buf<float> scores_, rope_cos_, rope_sin_;
+  Buf<int> topk_, positions_, request_of_token_, block_table_;
+  Buf<long long> slots_;
+  std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
-  S* last_olat_ = nullptr;
-  int max_blocks_ = 1, max_len_ = 1, rope_positions_ = 0;
+  S* backend_olat_ = nullptr;
+  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1;
+  std::map<std::pair<std::string, int>, Capture> captures_;
 };
 
 }  // namespace
@@ -487,9 +607,17 @@ Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_
 
 Stack::~Stack() = default;
 
-StepTrace Stack::step(const StepInput& in) {
-  return impl_->step(in);
+StepTrace Stack::step(const StepInput& in) { return impl_->run(plan_preset("eager", impl_->cfg), in, false); }
+
+CaptureInfo Stack::capture(const Plan& plan, int T, bool allow_host_capture) {
+  return impl_->capture(plan, T, allow_host_capture);
 }
+
+StepTrace Stack::replay(const Plan& plan, const StepInput& in) { return impl_->run(plan, in, true); }
+
+StepTrace Stack::run(const Plan& plan, const StepInput& in) { return impl_->run(plan, in, false); }
+
+std::vector<double> Stack::residual(int T) { return impl_->residual(T); }
 
 const Config& Stack::config() const {
   return impl_->cfg;

@@ -6,12 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "dsv32/gpu/plan.hpp"
 #include "dsv32/oracle/oracle.hpp"
 
 namespace dsv32::gpu {
 
-/// The ops of one layer, in order (BOUNDARIES.md section 1).
-const std::vector<std::string>& op_names();
+/// Segment structure of one capture: graph segments and eager breaks, in order ("G E G").
+struct CaptureInfo {
+  int graphs = 0;
+  int eager_breaks = 0;
+  std::string structure;
+};
 
 /// One stack on device 0: weights, paged caches, the shared top-k buffer and every inter-op
 /// tensor, allocated once for capture sizes up to `max_tokens`.
@@ -26,7 +31,20 @@ class Stack {
   /// rows [0, T_a) with the oracle's names, shapes and the storage dtypes.
   StepTrace step(const StepInput& in);
 
+  /// Captures `plan` at capture size T (once per plan name and T): G ops are recorded into graph
+  /// segments, each eager op ends the segment, runs for real on empty metadata (no real rows;
+  /// the residual stream holds ones) and is recorded for replay. Validates the plan unless
+  /// `allow_host_capture`.
+  CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture = false);
+  /// Replays the capture of (plan, in.capture_size) for the step: writes the inputs into the
+  /// static buffers, updates the host metadata, runs the segments in order on one stream.
+  StepTrace replay(const Plan& plan, const StepInput& in);
+  /// Runs the step under `plan`: `eager` runs ops directly; other plans capture on first use.
+  StepTrace run(const Plan& plan, const StepInput& in);
+
   const Config& config() const;
+  /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
+  std::vector<double> residual(int T);
 
   struct Impl;  // defined in stack.cu, per storage type
 

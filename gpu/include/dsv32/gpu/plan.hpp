@@ -1,0 +1,48 @@
+// Boundary plans (BOUNDARIES.md section 2): which op of which layer is captured into a CUDA
+// graph segment and which runs eagerly between segments at replay. Plans are data.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dsv32/oracle/config.hpp"
+
+namespace dsv32::gpu {
+
+/// Raised for an invalid plan; the message names the layer and op.
+struct PlanError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+enum class Placement { graph, eager };
+
+/// The ops of one layer, in order (BOUNDARIES.md section 1); F-only ops are skipped on S layers,
+/// and a plan runs either `uv_proj` (no-copy form) or `latent_copy` + `uv_proj_static`.
+const std::vector<std::string>& op_names();
+/// Class H ops: host metadata or a backend-owned output decide their launch.
+bool is_host_op(std::string_view op);
+
+struct Plan {
+  std::string name;
+  bool capture = true;     // false: the `eager` baseline, no capture machinery at all
+  bool copy_form = false;  // latent_copy + uv_proj_static instead of uv_proj
+  std::vector<std::map<std::string, Placement>> placement;  // per layer, per op
+
+  /// The ops layer l runs, in order.
+  std::vector<std::string> ops(const Config& cfg, int layer) const;
+  Placement at(int layer, const std::string& op) const;
+};
+
+/// Names of the presets: eager, breakable-eager, wide, narrow, narrow-copy (full is refused
+/// by the validator: no H op has a device-driven variant yet).
+std::vector<std::string> plan_names();
+/// A preset for cfg's layers; throws PlanError for an unknown name.
+Plan plan_preset(std::string_view name, const Config& cfg);
+/// Rejects a plan that captures an H op (BOUNDARIES.md: only legal with a device-driven
+/// variant); `allow_host_capture` bypasses it on purpose (mutants, bisect).
+void validate(const Plan& plan, const Config& cfg, bool allow_host_capture = false);
+
+}  // namespace dsv32::gpu

@@ -1,0 +1,94 @@
+#include "dsv32/gpu/plan.hpp"
+
+#include <algorithm>
+
+namespace dsv32::gpu {
+namespace {
+
+bool indexer_op(std::string_view op) {
+  return op == "indexer_wk_proj" || op == "indexer_wq_b" || op == "indexer_topk";
+}
+
+}  // namespace
+
+const std::vector<std::string>& op_names() {
+  static const std::vector<std::string> ops{
+      "input_norm",  "qkv_a_proj",     "indexer_wk_proj", "norm_rope_cache", "q_b_proj",
+      "uk_absorb",   "indexer_wq_b",   "fused_q",         "indexer_topk",    "sparse_mqa",
+      "uv_proj",     "latent_copy",    "uv_proj_static",  "o_proj",          "residual_add"};
+  return ops;
+}
+
+bool is_host_op(std::string_view op) {
+  return op == "indexer_topk" || op == "sparse_mqa" || op == "uv_proj" || op == "latent_copy";
+}
+
+std::vector<std::string> Plan::ops(const Config& cfg, int layer) const {
+  std::vector<std::string> out;
+  for (const std::string& op : op_names()) {
+    if (indexer_op(op) && !cfg.is_full_layer(layer)) continue;
+    if (copy_form ? op == "uv_proj" : (op == "latent_copy" || op == "uv_proj_static")) continue;
+    out.push_back(op);
+  }
+  return out;
+}
+
+Placement Plan::at(int layer, const std::string& op) const {
+  if (!capture) return Placement::eager;
+  const auto& m = placement.at(layer);
+  const auto it = m.find(op);
+  return it == m.end() ? Placement::graph : it->second;
+}
+
+std::vector<std::string> plan_names() {
+  return {"eager", "breakable-eager", "wide", "narrow", "narrow-copy"};
+}
+
+Plan plan_preset(std::string_view name, const Config& cfg) {
+  Plan p;
+  p.name = std::string(name);
+  std::vector<std::string> eager_ops;
+  if (name == "eager") {
+    p.capture = false;
+  } else if (name == "breakable-eager") {
+    eager_ops = op_names();
+  } else if (name == "wide") {
+    eager_ops = {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
+                 "fused_q",         "indexer_topk", "sparse_mqa", "uv_proj"};
+  } else if (name == "narrow") {
+    eager_ops = {"indexer_topk", "sparse_mqa", "uv_proj"};
+  } else if (name == "narrow-copy") {
+    p.copy_form = true;
+    eager_ops = {"indexer_topk", "sparse_mqa", "latent_copy"};
+  } else {
+    std::string known;
+    for (const std::string& n : plan_names()) known += (known.empty() ? "" : ", ") + n;
+    throw PlanError("unknown plan '" + std::string(name) + "' (known: " + known + ")");
+  }
+  p.placement.resize(cfg.num_layers);
+  for (auto& layer : p.placement) {
+    for (const std::string& op : op_names()) layer[op] = Placement::graph;
+    for (const std::string& op : eager_ops) layer[op] = Placement::eager;
+  }
+  return p;
+}
+
+void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
+  if (!plan.capture) return;
+  if (static_cast<int>(plan.placement.size()) != cfg.num_layers)
+    throw PlanError("plan '" + plan.name + "' covers " + std::to_string(plan.placement.size()) +
+                    " layers, the config has " + std::to_string(cfg.num_layers));
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    for (const auto& [op, where] : plan.placement[l])
+      if (std::find(op_names().begin(), op_names().end(), op) == op_names().end())
+        throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": unknown op '" + op + "'");
+    if (allow_host_capture) continue;
+    for (const std::string& op : plan.ops(cfg, l))
+      if (is_host_op(op) && plan.at(l, op) == Placement::graph)
+        throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": op '" + op +
+                        "' depends on host metadata or a backend-owned buffer and has no "
+                        "device-driven variant: it cannot be captured");
+  }
+}
+
+}  // namespace dsv32::gpu
