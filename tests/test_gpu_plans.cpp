@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/compare.hpp"
 #include "support/gpu.hpp"
@@ -10,7 +11,9 @@
 namespace dsv32 {
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(DSV32_FIXTURES_DIR) + "/" + name + ".h5"; }
+std::string fixture(const std::string& name) {
+  return std::string(DSV32_FIXTURES_DIR) + "/" + name + ".h5";
+}
 
 int max_capture(const golden::GoldenCase& c) {
   int T = 1;
@@ -20,14 +23,16 @@ int max_capture(const golden::GoldenCase& c) {
 
 TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
   const Config cfg = preset("tiny-fs");
-  for (const std::string& name : gpu::plan_names()) EXPECT_NO_THROW(gpu::validate(gpu::plan_preset(name, cfg), cfg));
+  for (const std::string& name : gpu::plan_names())
+    EXPECT_NO_THROW(gpu::validate(gpu::plan_preset(name, cfg), cfg));
   gpu::Plan p = gpu::plan_preset("narrow", cfg);
   p.placement[1]["sparse_mqa"] = gpu::Placement::graph;
   try {
     gpu::validate(p, cfg);
     FAIL() << "a captured sparse_mqa was accepted";
   } catch (const gpu::PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1: op 'sparse_mqa'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer 1: op 'sparse_mqa'"), std::string::npos)
+        << e.what();
   }
   EXPECT_NO_THROW(gpu::validate(p, cfg, /*allow_host_capture=*/true));
   EXPECT_THROW(gpu::plan_preset("full", cfg), gpu::PlanError);
@@ -39,7 +44,9 @@ TEST(GpuPlans, SegmentStructureMatchesEachPlan) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::read(fixture("default"));  // FSF: 3 layers
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 16);
-  const auto info = [&](const char* plan) { return stack.capture(gpu::plan_preset(plan, gc.cfg), 8); };
+  const auto info = [&](const char* plan) {
+    return stack.capture(gpu::plan_preset(plan, gc.cfg), 8);
+  };
   EXPECT_EQ(info("narrow").structure, "GEGEGEG");
   EXPECT_EQ(info("narrow").eager_breaks, 3);
   EXPECT_EQ(info("narrow-copy").structure, "GEGEGEG");
@@ -68,17 +75,9 @@ void expect_plans_bitwise_equal(const golden::GoldenCase& gc) {
     if (name == "eager") continue;
     const gpu::Plan plan = gpu::plan_preset(name, gc.cfg);
     gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
-    for (std::size_t s = 0; s < gc.steps.size(); ++s) {
-      const StepTrace got = stack.run(plan, gc.steps[s]);
-      for (int l = 0; l < gc.cfg.num_layers; ++l)
-        for (const Tensor& t : base[s].layers[l].tensors) {
-          const CompareResult r = compare_abs(got.layers[l].at(t.name), t, 0.0);
-          EXPECT_TRUE(r.pass) << gc.case_id << " plan " << name << " step" << s << "/layer" << l << " "
-                              << r.summary();
-        }
-      const CompareResult r = compare_abs(got.output, base[s].output, 0.0);
-      EXPECT_TRUE(r.pass) << gc.case_id << " plan " << name << " step" << s << " output " << r.summary();
-    }
+    std::vector<StepTrace> got;
+    for (const StepInput& in : gc.steps) got.push_back(stack.run(plan, in));
+    EXPECT_EQ(gpu::first_difference(gc.cfg, base, got), "") << gc.case_id << " plan " << name;
   }
 }
 
@@ -102,7 +101,8 @@ std::string case_test_name(const ::testing::TestParamInfo<std::string>& p) {
   return n;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPlanFixtures, ::testing::ValuesIn(committed_cases()), case_test_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPlanFixtures, ::testing::ValuesIn(committed_cases()),
+                         case_test_name);
 
 TEST(GpuPlans, ReplayAfterShortContextCaptureHandlesContextsBeyondKAndChangingRequests) {
   DSV32_REQUIRE_GPU();

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "support/gpu.hpp"
@@ -24,70 +25,17 @@ int max_capture(const golden::GoldenCase& c) {
   return T;
 }
 
-/// The GPU's own indexer keys, gathered from its traces: (request id, position) -> key.
-struct GpuKeys {
-  std::map<std::pair<int, int>, std::pair<std::vector<double>, double>> key;
-  void add(const Config& cfg, const StepInput& in, const LayerTrace& lt) {
-    const int dI = cfg.index_head_dim;
-    const Tensor &k8 = lt.at("kI8"), &ks = lt.at("kI_scale");
-    for (int t = 0; t < in.num_tokens; ++t)
-      key[{in.requests[in.request_of_token[t]].id, in.positions[t]}] = {
-          std::vector<double>(k8.data.begin() + t * dI, k8.data.begin() + (t + 1) * dI),
-          ks.data[t]};
-  }
-};
-
-/// Runs every step of a case on the GPU, then judges it: each top-k row is valid for the
-/// GPU's own quantized q, k and omega (scores in fp64; eps the fp32 accumulation bound), and
-/// every stage matches the oracle recomputed on the GPU's own index sets. Returns the failures,
-/// one line each, with the replay command.
+/// Runs every step of a case on the GPU and judges it; failures carry the replay command.
 std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::string& replay) {
-  const Config& cfg = gc.cfg;
-  gpu::Stack stack(cfg, gc.weights, gc.num_blocks, max_capture(gc));
-  const auto w = std::make_shared<const Weights>(gc.weights);
-  Oracle t0(cfg, w, Mode::exact, gc.num_blocks), t1(cfg, w, Mode::emulated, gc.num_blocks);
-  std::vector<StepTrace> got, want0, want1;
-  std::vector<GpuKeys> keys(cfg.num_layers);
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
+  std::vector<StepTrace> got;
+  for (const StepInput& in : gc.steps) got.push_back(stack.step(in));
+  const gpu::Judgement j =
+      gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
   std::vector<std::string> bad;
-  const int HI = cfg.index_n_heads, dI = cfg.index_head_dim, K = cfg.index_topk;
-  for (std::size_t s = 0; s < gc.steps.size(); ++s) {
-    const StepInput& in = gc.steps[s];
-    got.push_back(stack.step(in));
-    const StepOptions follow = StepOptions::follow(cfg, got.back());
-    want0.push_back(t0.step(in, follow));
-    want1.push_back(t1.step(in, follow));
-    for (int l = 0; l < cfg.num_layers; ++l) {
-      if (!cfg.is_full_layer(l)) continue;
-      const LayerTrace& lt = got.back().layers[l];
-      keys[l].add(cfg, in, lt);
-      const TopkRows rows = topk_rows(lt);
-      for (int t = 0; t < in.num_tokens; ++t) {
-        const int id = in.requests[in.request_of_token[t]].id;
-        std::vector<const double*> k;
-        std::vector<double> ks;
-        for (int j = 0; j <= in.positions[t]; ++j) {
-          const auto& e = keys[l].key.at({id, j});
-          k.push_back(e.first.data());
-          ks.push_back(e.second);
-        }
-        const IndexScores sc =
-            index_score_row(&lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
-                            &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, k, ks);
-        double eps = 0;
-        for (double a : sc.abs_terms) eps = std::max(eps, index_score_eps(cfg, a));
-        const std::vector<int> row(rows.row(t).data(), rows.row(t).data() + K);
-        if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
-          bad.push_back(gc.case_id + " step" + std::to_string(s) + "/layer" + std::to_string(l) +
-                        "/topk token " + std::to_string(t) + ": " + why + "  (replay: " + replay +
-                        ")");
-      }
-    }
-  }
-  for (const StageDiff& d : diff_traces(cfg, got, want0, want1))
-    if (!d.result.pass)
-      bad.push_back(gc.case_id + " plan eager " + d.where() + " (op " +
-                    std::string(stage_op(d.stage)) + "): " + d.result.summary() +
-                    "  (replay: " + replay + ")");
+  for (const std::string& f : j.failures)
+    bad.push_back(gc.case_id + " plan eager " + f + "  (replay: " + replay + ")");
+  if (j.stages == 0) bad.push_back(gc.case_id + ": nothing was compared");
   return bad;
 }
 

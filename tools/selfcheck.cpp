@@ -13,6 +13,8 @@
 #include "version.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
+#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/stack.hpp"
 #endif
 
 #ifndef DSV32_FIXTURES_DIR
@@ -63,6 +65,43 @@ Verdict goldens(const Options& o) {
               ? fmt::format("{}/{} cases agree, {} bitwise", agree, cases, bitwise)
               : first_problem};
 }
+
+#if DSV32_HAVE_CUDA
+/// Every plan on the GPU: bitwise equal to `eager`, and `eager` within the oracle's gates.
+void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
+  int T = 1;
+  for (const StepInput& in : gc.steps) T = std::max(T, in.capture_size);
+  const auto w = std::make_shared<const Weights>(gc.weights);
+  std::vector<StepTrace> eager;
+  {
+    gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, T);
+    for (const StepInput& in : gc.steps) eager.push_back(stack.step(in));
+  }
+  const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+  rows.push_back(
+      {"gpu eager vs oracle (T2 vs T0/T1)", j.failures.empty() && j.stages > 0 ? "pass" : "FAIL",
+       j.failures.empty() ? fmt::format("{} stages, {} top-k rows; worst {:.2f} of its gate at {}",
+                                        j.stages, j.topk_rows, j.worst, j.worst_where)
+                          : j.failures.front()});
+  for (const std::string& name : gpu::plan_names()) {
+    if (name == "eager") continue;
+    const gpu::Plan plan = gpu::plan_preset(name, gc.cfg);
+    gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, T);
+    std::vector<StepTrace> got;
+    std::string structure;
+    for (const StepInput& in : gc.steps) {
+      if (structure.empty()) structure = stack.capture(plan, in.capture_size).structure;
+      got.push_back(stack.run(plan, in));
+    }
+    const std::string diff = gpu::first_difference(gc.cfg, eager, got);
+    rows.push_back({"gpu plan " + name + " (T3 vs T2)", diff.empty() ? "pass" : "FAIL",
+                    diff.empty() ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
+                                               "oracle gate worst {:.2f}",
+                                               gc.steps.size(), structure, j.worst)
+                                 : diff});
+  }
+}
+#endif
 
 std::vector<Verdict> run(const Options& o) {
   std::vector<Verdict> rows;
@@ -122,8 +161,12 @@ std::vector<Verdict> run(const Options& o) {
                       ? fmt::format("widest gate {:.1f}% of RMS at {}", 100 * widest, where)
                       : refused});
 #if DSV32_HAVE_CUDA
-  const std::string why = gpu::no_device_reason();
-  rows.push_back({"gpu plans", "not run", why.empty() ? "GPU plans arrive with issue 7" : why});
+  if (const std::string why = gpu::no_device_reason(); !why.empty()) {
+    rows.push_back(
+        {"gpu plans (eager, breakable-eager, wide, narrow, narrow-copy)", "not run", why});
+  } else {
+    gpu_rows(gc, rows);
+  }
 #else
   rows.push_back({"gpu plans", "not run", "built without CUDA"});
 #endif

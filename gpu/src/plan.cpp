@@ -13,9 +13,9 @@ bool indexer_op(std::string_view op) {
 
 const std::vector<std::string>& op_names() {
   static const std::vector<std::string> ops{
-      "input_norm",  "qkv_a_proj",     "indexer_wk_proj", "norm_rope_cache", "q_b_proj",
-      "uk_absorb",   "indexer_wq_b",   "fused_q",         "indexer_topk",    "sparse_mqa",
-      "uv_proj",     "latent_copy",    "uv_proj_static",  "o_proj",          "residual_add"};
+      "input_norm", "qkv_a_proj",   "indexer_wk_proj", "norm_rope_cache", "q_b_proj",
+      "uk_absorb",  "indexer_wq_b", "fused_q",         "indexer_topk",    "sparse_mqa",
+      "uv_proj",    "latent_copy",  "uv_proj_static",  "o_proj",          "residual_add"};
   return ops;
 }
 
@@ -53,7 +53,7 @@ Plan plan_preset(std::string_view name, const Config& cfg) {
   } else if (name == "breakable-eager") {
     eager_ops = op_names();
   } else if (name == "wide") {
-    eager_ops = {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
+    eager_ops = {"norm_rope_cache", "q_b_proj",     "uk_absorb",  "indexer_wq_b",
                  "fused_q",         "indexer_topk", "sparse_mqa", "uv_proj"};
   } else if (name == "narrow") {
     eager_ops = {"indexer_topk", "sparse_mqa", "uv_proj"};
@@ -81,7 +81,8 @@ void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
   for (int l = 0; l < cfg.num_layers; ++l) {
     for (const auto& [op, where] : plan.placement[l])
       if (std::find(op_names().begin(), op_names().end(), op) == op_names().end())
-        throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": unknown op '" + op + "'");
+        throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": unknown op '" +
+                        op + "'");
     if (allow_host_capture) continue;
     for (const std::string& op : plan.ops(cfg, l))
       if (is_host_op(op) && plan.at(l, op) == Placement::graph)

@@ -144,7 +144,7 @@ class StackImpl final : public Stack::Impl {
     positions_ = zeros<int>(T);
     slots_ = zeros<long long>(T);
     request_of_token_ = zeros<int>(T);
-    max_blocks_ = (num_blocks + 0) ;  // a request can own at most every block
+    max_blocks_ = (num_blocks + 0);  // a request can own at most every block
     block_table_ = zeros<int>(T * static_cast<std::size_t>(max_blocks_), 0xFF);
     max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
     scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
@@ -163,8 +163,8 @@ class StackImpl final : public Stack::Impl {
   StepTrace run(const Plan& plan, const StepInput& in, bool replay_only) override {
     const int T = in.capture_size;
     if (T > max_tokens_)
-      throw std::invalid_argument("gpu stack: capture size " + std::to_string(T) + " exceeds max_tokens " +
-                                  std::to_string(max_tokens_));
+      throw std::invalid_argument("gpu stack: capture size " + std::to_string(T) +
+                                  " exceeds max_tokens " + std::to_string(max_tokens_));
     if (in.hidden.rows() != T || static_cast<int>(in.positions.size()) != T)
       throw ScenarioError("gpu stack: step input is not derived");
     if (static_cast<int>(in.requests.size()) > max_tokens_)
@@ -177,14 +177,17 @@ class StackImpl final : public Stack::Impl {
       auto it = captures_.find({plan.name, T});
       if (it == captures_.end()) {
         if (replay_only)
-          throw PlanError("plan '" + plan.name + "' was not captured at capture size " + std::to_string(T));
+          throw PlanError("plan '" + plan.name + "' was not captured at capture size " +
+                          std::to_string(T));
         capture(plan, T, false);
         upload_step(in);  // capture ran its eager ops on empty metadata
         it = captures_.find({plan.name, T});
       }
       for (Segment& seg : it->second.segments) {
-        if (seg.exec) check(cudaGraphLaunch(seg.exec, stream_), ("replay graph " + seg.label).c_str());
-        else seg.eager();
+        if (seg.exec)
+          check(cudaGraphLaunch(seg.exec, stream_), ("replay graph " + seg.label).c_str());
+        else
+          seg.eager();
       }
     }
     check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
@@ -201,10 +204,12 @@ class StackImpl final : public Stack::Impl {
   CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture) override {
     validate(plan, cfg, allow_host_capture);
     if (!plan.capture) throw PlanError("plan '" + plan.name + "' captures nothing");
-    if (T > max_tokens_) throw PlanError("capture size " + std::to_string(T) + " exceeds max_tokens");
+    if (T > max_tokens_)
+      throw PlanError("capture size " + std::to_string(T) + " exceeds max_tokens");
     cudaStreamCaptureStatus status;
     check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
-    if (status != cudaStreamCaptureStatusNone) throw PlanError("nested capture: the stream is already capturing");
+    if (status != cudaStreamCaptureStatusNone)
+      throw PlanError("nested capture: the stream is already capturing");
     // Empty metadata: every row padded, no real token; eager ops then have no work.
     StepInput empty;
     empty.capture_size = T;
@@ -239,7 +244,8 @@ class StackImpl final : public Stack::Impl {
           const std::string where = "layer" + std::to_string(l) + "/" + op;
           if (plan.at(l, op) == Placement::graph) {
             if (!open) {
-              check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+              check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                    "cudaStreamBeginCapture");
               open = true;
             }
             run_op(l, op);
@@ -250,7 +256,10 @@ class StackImpl final : public Stack::Impl {
           run_op(l, op);  // for real, on empty metadata
           if (!cap.segments.empty() && cap.segments.back().eager) {
             auto prev = std::move(cap.segments.back().eager);
-            cap.segments.back().eager = [prev, this, l, op] { prev(); run_op(l, op); };
+            cap.segments.back().eager = [prev, this, l, op] {
+              prev();
+              run_op(l, op);
+            };
             cap.segments.back().label += "," + where;
           } else {
             cap.segments.push_back({nullptr, [this, l, op] { run_op(l, op); }, where});
@@ -287,7 +296,9 @@ class StackImpl final : public Stack::Impl {
  private:
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
     LayerDev<S> ld;
-    const auto up = [](const auto& m) { return upload<S>(m.data(), static_cast<std::size_t>(m.size())); };
+    const auto up = [](const auto& m) {
+      return upload<S>(m.data(), static_cast<std::size_t>(m.size()));
+    };
     ld.w_qkv_a = up(w.w_qkv_a);
     ld.g_q = up(w.g_q);
     ld.g_kv = up(w.g_kv);
@@ -366,7 +377,8 @@ class StackImpl final : public Stack::Impl {
     d.eps = static_cast<float>(cfg.rms_norm_eps);
     d.ieps = static_cast<float>(cfg.indexer_norm_eps);
     d.sigma = static_cast<float>(cfg.softmax_scale());
-    d.head_norm = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg.index_head_dim) * cfg.index_n_heads));
+    d.head_norm = static_cast<float>(
+        1.0 / std::sqrt(static_cast<double>(cfg.index_head_dim) * cfg.index_n_heads));
     d.neox = cfg.indexer_rope == IndexerRope::neox;
     d.hadamard = cfg.hadamard == Hadamard::on;
     d.fp8_kv = cfg.kv_cache == KvCache::fp8_ds_mla;
@@ -375,8 +387,8 @@ class StackImpl final : public Stack::Impl {
   }
 
   k::Meta meta() const {
-    return {positions_->get(), slots_->get(), request_of_token_->get(), block_table_->get(),
-            rope_cos_->get(), rope_sin_->get()};
+    return {positions_->get(),   slots_->get(),    request_of_token_->get(),
+            block_table_->get(), rope_cos_->get(), rope_sin_->get()};
   }
 
   /// The step's inputs into the static buffers (device) and its host metadata (this object).
@@ -386,25 +398,32 @@ class StackImpl final : public Stack::Impl {
     Ta_ = in.num_tokens;
     std::vector<S> hid(static_cast<std::size_t>(T) * cfg.hidden_size);
     for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = to_storage<S>(in.hidden.data()[i]);
-    check(cudaMemcpyAsync(h_->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice, stream_), "upload hidden");
+    check(cudaMemcpyAsync(h_->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice,
+                          stream_),
+          "upload hidden");
     const std::vector<long long> slots(in.slots.begin(), in.slots.end());
-    check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int), cudaMemcpyHostToDevice, stream_),
+    check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int),
+                          cudaMemcpyHostToDevice, stream_),
           "upload positions");
-    check(cudaMemcpyAsync(slots_->get(), slots.data(), T * sizeof(long long), cudaMemcpyHostToDevice, stream_),
+    check(cudaMemcpyAsync(slots_->get(), slots.data(), T * sizeof(long long),
+                          cudaMemcpyHostToDevice, stream_),
           "upload slots");
     if (Ta_ > 0)
       check(cudaMemcpyAsync(request_of_token_->get(), in.request_of_token.data(), Ta_ * sizeof(int),
-                            cudaMemcpyHostToDevice, stream_), "upload request_of_token");
+                            cudaMemcpyHostToDevice, stream_),
+            "upload request_of_token");
     std::vector<int> table(in.requests.size() * max_blocks_, -1);
     int longest = 1;
     for (std::size_t r = 0; r < in.requests.size(); ++r) {
       if (in.requests[r].block_table.size() > static_cast<std::size_t>(max_blocks_))
         throw ScenarioError("gpu stack: a block table is longer than the cache");
-      std::copy(in.requests[r].block_table.begin(), in.requests[r].block_table.end(), table.begin() + r * max_blocks_);
+      std::copy(in.requests[r].block_table.begin(), in.requests[r].block_table.end(),
+                table.begin() + r * max_blocks_);
       longest = std::max(longest, in.requests[r].seq_len());
     }
     if (!table.empty())
-      check(cudaMemcpyAsync(block_table_->get(), table.data(), table.size() * sizeof(int), cudaMemcpyHostToDevice, stream_),
+      check(cudaMemcpyAsync(block_table_->get(), table.data(), table.size() * sizeof(int),
+                            cudaMemcpyHostToDevice, stream_),
             "upload block table");
     longest_ = longest;
     check(cudaStreamSynchronize(stream_), "upload step");  // host vectors die here
@@ -420,16 +439,19 @@ class StackImpl final : public Stack::Impl {
       }
     rope_cos_ = zeros<float>(c.size());
     rope_sin_ = zeros<float>(s.size());
-    check(cudaMemcpy(rope_cos_->get(), c.data(), c.size() * sizeof(float), cudaMemcpyHostToDevice), "rope table");
-    check(cudaMemcpy(rope_sin_->get(), s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice), "rope table");
+    check(cudaMemcpy(rope_cos_->get(), c.data(), c.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "rope table");
+    check(cudaMemcpy(rope_sin_->get(), s.data(), s.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "rope table");
   }
 
   /// Y (rows x n) = X (rows x k, row stride ldx) * W^T, W (n x k) row-major.
-  void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim, const char* op) {
+  void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
+            const char* op) {
     const float one = 1.f, zero = 0.f;
-    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w, cuda_type<S>(), kdim, x,
-                            cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy, compute_type<S>(),
-                            CUBLAS_GEMM_DEFAULT),
+    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w, cuda_type<S>(),
+                            kdim, x, cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy,
+                            compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                op);
   }
 
@@ -441,17 +463,22 @@ class StackImpl final : public Stack::Impl {
     const int T = T_, Ta = Ta_, H = d.H, L = d.L, dq = d.dn + d.dr, dkv = d.dn + d.dv;
     const float one = 1.f, zero = 0.f;
     if (op == "input_norm") {
-      k::rmsnorm<S><<<T, 256, 0, stream_>>>(h_->get(), d.D, w.g_in->get(), w.x->get(), d.D, d.D, d.eps);
+      k::rmsnorm<S>
+          <<<T, 256, 0, stream_>>>(h_->get(), d.D, w.g_in->get(), w.x->get(), d.D, d.D, d.eps);
     } else if (op == "qkv_a_proj") {
-      gemm(w.x->get(), d.D, w.w_qkv_a->get(), w.qkv->get(), d.Rq + L + d.dr, T, d.Rq + L + d.dr, d.D, "qkv_a_proj");
+      gemm(w.x->get(), d.D, w.w_qkv_a->get(), w.qkv->get(), d.Rq + L + d.dr, T, d.Rq + L + d.dr,
+           d.D, "qkv_a_proj");
     } else if (op == "indexer_wk_proj") {
-      gemm(w.x->get(), d.D, w.iw_kw->get(), w.kw->get(), d.dI + d.HI, T, d.dI + d.HI, d.D, "indexer_wk_proj");
+      gemm(w.x->get(), d.D, w.iw_kw->get(), w.kw->get(), d.dI + d.HI, T, d.dI + d.HI, d.D,
+           "indexer_wk_proj");
     } else if (op == "norm_rope_cache") {
-      k::rmsnorm<S><<<T, 256, 0, stream_>>>(w.qkv->get(), d.Rq + L + d.dr, w.g_q->get(), w.q_c->get(), d.Rq, d.Rq, d.eps);
-      k::kv_insert<S><<<T, 256, (L + 32) * sizeof(float), stream_>>>(d, m, w.qkv->get(), w.g_kv->get(), w.kv, w.kR->get());
+      k::rmsnorm<S><<<T, 256, 0, stream_>>>(w.qkv->get(), d.Rq + L + d.dr, w.g_q->get(),
+                                            w.q_c->get(), d.Rq, d.Rq, d.eps);
+      k::kv_insert<S><<<T, 256, (L + 32) * sizeof(float), stream_>>>(
+          d, m, w.qkv->get(), w.g_kv->get(), w.kv, w.kR->get());
       if (cfg.is_full_layer(l)) {
-        k::index_k_insert<S><<<T, 128, 0, stream_>>>(d, m, w.kw->get(), w.ig_k->get(), w.ib_k->get(), w.index,
-                                                      w.k8->get(), w.kscale->get());
+        k::index_k_insert<S><<<T, 128, 0, stream_>>>(
+            d, m, w.kw->get(), w.ig_k->get(), w.ib_k->get(), w.index, w.k8->get(), w.kscale->get());
         const long long n = static_cast<long long>(T) * d.K;
         k::topk_clear<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(topk_->get(), n);
       }
@@ -459,23 +486,25 @@ class StackImpl final : public Stack::Impl {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
       // ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads
-      check_blas(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
-                                            cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(),
-                                            cuda_type<S>(), H * dq, dq, &zero, w.ql->get(), cuda_type<S>(), H * L,
-                                            L, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
-                 "uk_absorb");
+      check_blas(
+          cublasGemmStridedBatchedEx(
+              blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(), cuda_type<S>(), L,
+              static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(), H * dq, dq, &zero,
+              w.ql->get(), cuda_type<S>(), H * L, L, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+          "uk_absorb");
     } else if (op == "indexer_wq_b") {
-      gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq, "indexer_wq_b");
+      gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
+           "indexer_wq_b");
     } else if (op == "fused_q") {
       k::q_rope<S><<<T, 128, 0, stream_>>>(d, m, w.q->get(), w.qR->get());
       if (cfg.is_full_layer(l))
-        k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(d, m, w.qI->get(), w.kw->get(), w.q8->get(),
-                                                         w.qscale->get(), w.omega->get());
+        k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(
+            d, m, w.qI->get(), w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
     } else if (op == "indexer_topk") {
       if (Ta > 0) {
         const dim3 grid(Ta, (longest_ + 127) / 128);
-        k::index_scores<<<grid, 128, (d.HI * 128 + d.HI) * sizeof(float), stream_>>>(d, m, w.q8->get(), w.omega->get(),
-                                                                                   w.index, scores_->get(), max_len_);
+        k::index_scores<<<grid, 128, (d.HI * 128 + d.HI) * sizeof(float), stream_>>>(
+            d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
         k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
       }
     } else if (op == "sparse_mqa") {
@@ -485,27 +514,37 @@ class StackImpl final : public Stack::Impl {
       backend_olat_ = olat;
       if (Ta > 0) {
         const std::size_t shm = d.K * sizeof(long long) + (L + d.dr + d.K + 32) * sizeof(float);
-        k::sparse_mqa<S><<<dim3(Ta, H), 128, shm, stream_>>>(d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), olat,
-                                                            w.lse->get());
+        k::sparse_mqa<S><<<dim3(Ta, H), 128, shm, stream_>>>(d, m, w.ql->get(), w.qR->get(), w.kv,
+                                                             topk_->get(), olat, w.lse->get());
         // Trace copies (not part of the op's contract): this layer's sets and latent.
-        check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(), static_cast<std::size_t>(Ta) * d.K * sizeof(int),
-                              cudaMemcpyDeviceToDevice, stream_), "sparse_mqa trace");
-        check(cudaMemcpyAsync(w.olat_trace->get(), olat, static_cast<std::size_t>(Ta) * H * L * sizeof(S),
-                              cudaMemcpyDeviceToDevice, stream_), "sparse_mqa trace");
+        check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(),
+                              static_cast<std::size_t>(Ta) * d.K * sizeof(int),
+                              cudaMemcpyDeviceToDevice, stream_),
+              "sparse_mqa trace");
+        check(cudaMemcpyAsync(w.olat_trace->get(), olat,
+                              static_cast<std::size_t>(Ta) * H * L * sizeof(S),
+                              cudaMemcpyDeviceToDevice, stream_),
+              "sparse_mqa trace");
       }
     } else if (op == "uv_proj") {  // no-copy form: backend rows [0, T_a) into o
-      if (Ta > 0) k::uv_bmm<S><<<dim3(Ta, H), 128, 0, stream_>>>(d, backend_olat_, w.w_kv_b->get(), w.o->get());
+      if (Ta > 0)
+        k::uv_bmm<S>
+            <<<dim3(Ta, H), 128, 0, stream_>>>(d, backend_olat_, w.w_kv_b->get(), w.o->get());
     } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
       if (Ta > 0)
-        check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_, static_cast<std::size_t>(Ta) * H * L * sizeof(S),
-                              cudaMemcpyDeviceToDevice, stream_), "latent_copy");
+        check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_,
+                              static_cast<std::size_t>(Ta) * H * L * sizeof(S),
+                              cudaMemcpyDeviceToDevice, stream_),
+              "latent_copy");
     } else if (op == "uv_proj_static") {  // copy form: all T rows of the static latent
-      k::uv_bmm<S><<<dim3(T, H), 128, 0, stream_>>>(d, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
+      k::uv_bmm<S>
+          <<<dim3(T, H), 128, 0, stream_>>>(d, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
     } else if (op == "o_proj") {
       gemm(w.o->get(), H * d.dv, w.w_o->get(), w.y->get(), d.D, T, d.D, H * d.dv, "o_proj");
     } else if (op == "residual_add") {
       const long long n = static_cast<long long>(T) * d.D;
-      k::residual_add<S><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(h_->get(), w.y->get(), n);
+      k::residual_add<S>
+          <<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(h_->get(), w.y->get(), n);
     } else {
       throw PlanError("unknown op '" + op + "'");
     }
@@ -529,10 +568,12 @@ class StackImpl final : public Stack::Impl {
     const std::vector<float> host = download(p, static_cast<std::size_t>(rows * per));
     std::vector<std::int64_t> shape{rows};
     shape.insert(shape.end(), tail.begin(), tail.end());
-    return Tensor::from(name, std::move(shape), std::vector<double>(host.begin(), host.end()), storage_dtype(cfg, name));
+    return Tensor::from(name, std::move(shape), std::vector<double>(host.begin(), host.end()),
+                        storage_dtype(cfg, name));
   }
 
-  Tensor codes_of(const char* name, const std::uint8_t* p, int rows, std::vector<std::int64_t> tail) {
+  Tensor codes_of(const char* name, const std::uint8_t* p, int rows,
+                  std::vector<std::int64_t> tail) {
     std::int64_t per = 1;
     for (auto v : tail) per *= v;
     const std::vector<std::uint8_t> host = download(p, static_cast<std::size_t>(rows * per));
@@ -549,7 +590,8 @@ class StackImpl final : public Stack::Impl {
     const k::Dims d = dims();
     const k::Meta m = meta();
     StepTrace tr;
-    const int H = cfg.num_heads, L = cfg.kv_lora_rank, dr = cfg.qk_rope_head_dim, HI = cfg.index_n_heads;
+    const int H = cfg.num_heads, L = cfg.kv_lora_rank, dr = cfg.qk_rope_head_dim,
+              HI = cfg.index_n_heads;
     for (int l = 0; l < cfg.num_layers; ++l) {
       LayerDev<S>& w = layers_[l];
       if (Ta > 0) k::read_latent<S><<<Ta, 128, 0, stream_>>>(d, m, w.kv, w.c_read->get());
@@ -567,11 +609,14 @@ class StackImpl final : public Stack::Impl {
         lt.tensors.push_back(floats_of("kI_scale", w.kscale->get(), Ta, {}));
         lt.tensors.push_back(floats_of("omega", w.omega->get(), Ta, {HI}));
       }
-      const std::vector<int> tk = download(w.topk_trace->get(), static_cast<std::size_t>(Ta) * cfg.index_topk);
-      lt.tensors.push_back(Tensor::from("topk", {Ta, cfg.index_topk}, std::vector<double>(tk.begin(), tk.end()), DType::int32));
+      const std::vector<int> tk =
+          download(w.topk_trace->get(), static_cast<std::size_t>(Ta) * cfg.index_topk);
+      lt.tensors.push_back(Tensor::from("topk", {Ta, cfg.index_topk},
+                                        std::vector<double>(tk.begin(), tk.end()), DType::int32));
       lt.tensors.push_back(tensor_of("olat", w.olat_trace->get(), Ta, {H, L}));
       lt.tensors.push_back(floats_of("lse", w.lse->get(), Ta, {H}));
-      lt.tensors.push_back(tensor_of("o", w.o->get(), Ta, {static_cast<std::int64_t>(H) * cfg.v_head_dim}));
+      lt.tensors.push_back(
+          tensor_of("o", w.o->get(), Ta, {static_cast<std::int64_t>(H) * cfg.v_head_dim}));
       lt.tensors.push_back(tensor_of("y", w.y->get(), Ta, {cfg.hidden_size}));
       tr.layers.push_back(std::move(lt));
     }
@@ -607,17 +652,25 @@ Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_
 
 Stack::~Stack() = default;
 
-StepTrace Stack::step(const StepInput& in) { return impl_->run(plan_preset("eager", impl_->cfg), in, false); }
+StepTrace Stack::step(const StepInput& in) {
+  return impl_->run(plan_preset("eager", impl_->cfg), in, false);
+}
 
 CaptureInfo Stack::capture(const Plan& plan, int T, bool allow_host_capture) {
   return impl_->capture(plan, T, allow_host_capture);
 }
 
-StepTrace Stack::replay(const Plan& plan, const StepInput& in) { return impl_->run(plan, in, true); }
+StepTrace Stack::replay(const Plan& plan, const StepInput& in) {
+  return impl_->run(plan, in, true);
+}
 
-StepTrace Stack::run(const Plan& plan, const StepInput& in) { return impl_->run(plan, in, false); }
+StepTrace Stack::run(const Plan& plan, const StepInput& in) {
+  return impl_->run(plan, in, false);
+}
 
-std::vector<double> Stack::residual(int T) { return impl_->residual(T); }
+std::vector<double> Stack::residual(int T) {
+  return impl_->residual(T);
+}
 
 const Config& Stack::config() const {
   return impl_->cfg;

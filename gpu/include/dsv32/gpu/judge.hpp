@@ -1,0 +1,32 @@
+// Judging GPU traces against the oracle (TESTING.md sections 1-2), shared by the tests and the
+// main job's verdict table.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dsv32/oracle/oracle.hpp"
+
+namespace dsv32::gpu {
+
+/// What judging one run found.
+struct Judgement {
+  std::vector<std::string> failures;  // one line each: where, what, both values
+  double worst = 0.0;                 // max over gated stages of max_err / tol
+  std::string worst_where;
+  int stages = 0;  // stages compared
+  int topk_rows = 0;
+};
+
+/// Judges a GPU run of `steps`: each F layer's top-k row is valid for the GPU's own quantized
+/// q, k and omega (fp64 scores, eps the fp32 accumulation bound), and every stage matches the
+/// oracle (T0 exact, T1 emulated) recomputed on the GPU's own index sets.
+Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
+                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu);
+
+/// Bitwise comparison of two runs' traces; "" when equal, else the first difference.
+std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
+                             const std::vector<StepTrace>& b);
+
+}  // namespace dsv32::gpu

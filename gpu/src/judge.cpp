@@ -1,0 +1,82 @@
+#include "dsv32/gpu/judge.hpp"
+
+#include <map>
+
+#include "dsv32/oracle/trace_diff.hpp"
+
+namespace dsv32::gpu {
+
+Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
+                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu) {
+  Oracle t0(cfg, w, Mode::exact, num_blocks), t1(cfg, std::move(w), Mode::emulated, num_blocks);
+  const int HI = cfg.index_n_heads, dI = cfg.index_head_dim, K = cfg.index_topk;
+  std::vector<StepTrace> want0, want1;
+  // The GPU's own indexer keys, from its traces: (layer, request id, position) -> key.
+  std::map<std::tuple<int, int, int>, std::pair<std::vector<double>, double>> keys;
+  Judgement j;
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const StepInput& in = steps[s];
+    const StepOptions follow = StepOptions::follow(cfg, gpu[s]);
+    want0.push_back(t0.step(in, follow));
+    want1.push_back(t1.step(in, follow));
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      if (!cfg.is_full_layer(l)) continue;
+      const LayerTrace& lt = gpu[s].layers[l];
+      const Tensor &k8 = lt.at("kI8"), &ks = lt.at("kI_scale");
+      for (int t = 0; t < in.num_tokens; ++t)
+        keys[{l, in.requests[in.request_of_token[t]].id, in.positions[t]}] = {
+            std::vector<double>(k8.data.begin() + t * dI, k8.data.begin() + (t + 1) * dI),
+            ks.data[t]};
+      const TopkRows rows = topk_rows(lt);
+      for (int t = 0; t < in.num_tokens; ++t) {
+        const int id = in.requests[in.request_of_token[t]].id;
+        std::vector<const double*> kp;
+        std::vector<double> kscale;
+        for (int p = 0; p <= in.positions[t]; ++p) {
+          const auto& e = keys.at({l, id, p});
+          kp.push_back(e.first.data());
+          kscale.push_back(e.second);
+        }
+        const IndexScores sc = index_score_row(
+            &lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
+            &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, kp, kscale);
+        double eps = 0;
+        for (double a : sc.abs_terms) eps = std::max(eps, index_score_eps(cfg, a));
+        const std::vector<int> row(rows.row(t).data(), rows.row(t).data() + K);
+        ++j.topk_rows;
+        if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
+          j.failures.push_back("step" + std::to_string(s) + "/layer" + std::to_string(l) +
+                               "/topk token " + std::to_string(t) + ": " + why);
+      }
+    }
+  }
+  for (const StageDiff& d : diff_traces(cfg, gpu, want0, want1)) {
+    ++j.stages;
+    if (!d.result.pass) {
+      j.failures.push_back(d.where() + " (op " + std::string(stage_op(d.stage)) +
+                           "): " + d.result.summary());
+      continue;
+    }
+    const double ratio = d.result.tol > 0 ? d.result.max_err / d.result.tol : 0.0;
+    if (ratio > j.worst) j.worst = ratio, j.worst_where = d.where();
+  }
+  return j;
+}
+
+std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
+                             const std::vector<StepTrace>& b) {
+  if (a.size() != b.size()) return "different step counts";
+  for (std::size_t s = 0; s < a.size(); ++s) {
+    for (int l = 0; l < cfg.num_layers; ++l)
+      for (const Tensor& t : a[s].layers[l].tensors) {
+        const CompareResult r = compare_abs(b[s].layers[l].at(t.name), t, 0.0);
+        if (!r.pass)
+          return "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/" + r.summary();
+      }
+    const CompareResult r = compare_abs(b[s].output, a[s].output, 0.0);
+    if (!r.pass) return "step" + std::to_string(s) + "/" + r.summary();
+  }
+  return "";
+}
+
+}  // namespace dsv32::gpu
