@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "dsv32/oracle/memory.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/oracle.hpp"
 #include "dsv32/oracle/rng.hpp"
@@ -86,6 +87,7 @@ std::vector<std::pair<std::string, double>> op_flops(const Config& c, const Step
 }
 
 void run(const Options& o) {
+  keep_freed_memory();  // CPU-only benchmark: see docs/DECISIONS.md (not with CUDA in the process)
   Config cfg = preset(o.preset);
   cfg.num_layers = 1;
   cfg.index_topk_pattern = "F";

@@ -5,10 +5,8 @@
 
 #include "commands.hpp"
 #include "dsv32/golden/h5.hpp"
-#include "dsv32/oracle/memory.hpp"
 
 int main(int argc, char** argv) {
-  dsv32::keep_freed_memory();
   CLI::App app{"dsv32-oracle: DeepSeek-V3.2 attention oracle and boundary test suite"};
   app.require_subcommand(1);
   int exit_code = dsv32::tools::kExitPass;
