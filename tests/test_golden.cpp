@@ -10,15 +10,14 @@
 
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
+#include "support/golden_cases.hpp"
 
 namespace dsv32 {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::fixture;
 
-std::string fixture(const std::string& name) {
-  return std::string(DSV32_FIXTURES_DIR) + "/" + name + ".h5";
-}
+namespace fs = std::filesystem;
 
 std::string bytes_of(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

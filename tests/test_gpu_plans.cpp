@@ -6,20 +6,16 @@
 #include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/compare.hpp"
+#include "support/golden_cases.hpp"
 #include "support/gpu.hpp"
 
 namespace dsv32 {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(DSV32_FIXTURES_DIR) + "/" + name + ".h5";
-}
-
-int max_capture(const golden::GoldenCase& c) {
-  int T = 1;
-  for (const StepInput& in : c.steps) T = std::max(T, in.capture_size);
-  return T;
-}
+using testing::case_test_name;
+using testing::committed_cases;
+using testing::fixture;
+using testing::max_capture;
 
 TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
   const Config cfg = preset("tiny-fs");
@@ -86,19 +82,6 @@ class GpuPlanFixtures : public ::testing::TestWithParam<std::string> {};
 TEST_P(GpuPlanFixtures, EveryPlanIsBitwiseEqualToEager) {
   DSV32_REQUIRE_GPU();
   expect_plans_bitwise_equal(golden::read(fixture(GetParam())));
-}
-
-std::vector<std::string> committed_cases() {
-  std::vector<std::string> names;
-  for (const golden::CaseSpec& c : golden::registry())
-    if (c.committed) names.push_back(c.name);
-  return names;
-}
-
-std::string case_test_name(const ::testing::TestParamInfo<std::string>& p) {
-  std::string n = p.param;
-  std::replace(n.begin(), n.end(), '-', '_');
-  return n;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPlanFixtures, ::testing::ValuesIn(committed_cases()),

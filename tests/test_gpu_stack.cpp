@@ -10,20 +10,16 @@
 #include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
+#include "support/golden_cases.hpp"
 #include "support/gpu.hpp"
 
 namespace dsv32 {
 namespace {
 
-std::string fixture(const std::string& name) {
-  return std::string(DSV32_FIXTURES_DIR) + "/" + name + ".h5";
-}
-
-int max_capture(const golden::GoldenCase& c) {
-  int T = 1;
-  for (const StepInput& in : c.steps) T = std::max(T, in.capture_size);
-  return T;
-}
+using testing::case_test_name;
+using testing::committed_cases;
+using testing::fixture;
+using testing::max_capture;
 
 /// Runs every step of a case on the GPU and judges it; failures carry the replay command.
 std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::string& replay) {
@@ -47,19 +43,6 @@ TEST_P(GpuEager, MatchesTheOracleOnCommittedGolden) {
   const std::vector<std::string> bad =
       judge_case(gc, "ctest -R 'GpuEager.*" + GetParam() + "' --output-on-failure");
   for (const std::string& b : bad) ADD_FAILURE() << b;
-}
-
-std::vector<std::string> committed_cases() {
-  std::vector<std::string> names;
-  for (const golden::CaseSpec& c : golden::registry())
-    if (c.committed) names.push_back(c.name);
-  return names;
-}
-
-std::string case_test_name(const ::testing::TestParamInfo<std::string>& p) {
-  std::string n = p.param;
-  std::replace(n.begin(), n.end(), '-', '_');
-  return n;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuEager, ::testing::ValuesIn(committed_cases()),
