@@ -1,0 +1,80 @@
+// `dsv32 gpu GOLDEN.h5 --plan P [--dump OUT.h5]`: runs a golden case's steps on the GPU under a
+// plan, judges the run against the oracle, and optionally writes the GPU's trace as a golden-
+// schema file (in `expected` and `emulated`) that `dsv32 diff OUT.h5 GOLDEN.h5` reads.
+#include <fmt/core.h>
+
+#include <memory>
+
+#include "commands.hpp"
+#include "dsv32/golden/golden.hpp"
+#include "version.hpp"
+#if DSV32_HAVE_CUDA
+#include "dsv32/gpu/device.hpp"
+#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/stack.hpp"
+#endif
+
+namespace dsv32::tools {
+namespace {
+
+struct Options {
+  std::string golden;
+  std::string plan = "eager";
+  std::string dump;
+};
+
+int run(const Options& o) {
+#if DSV32_HAVE_CUDA
+  if (const std::string why = gpu::no_device_reason(); !why.empty()) {
+    fmt::print(stderr, "dsv32 gpu: {}\n", why);
+    return kExitUsage;
+  }
+  golden::GoldenCase gc = golden::read(o.golden);
+  const gpu::Plan plan = gpu::plan_preset(o.plan, gc.cfg);
+  int T = 1;
+  for (const StepInput& in : gc.steps) T = std::max(T, in.capture_size);
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, T);
+  std::vector<StepTrace> got;
+  for (std::size_t s = 0; s < gc.steps.size(); ++s) {
+    got.push_back(stack.run(plan, gc.steps[s]));
+    fmt::print(stderr, "\r  {}: step {}/{}", gc.case_id, s + 1, gc.steps.size());
+  }
+  fmt::print(stderr, "\n");
+  const gpu::Judgement j =
+      gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
+  fmt::print("dsv32 gpu: case {} plan {} on {}: {} stages and {} top-k rows judged, {} failures\n",
+             gc.case_id, o.plan, gpu::device_summary(), j.stages, j.topk_rows, j.failures.size());
+  for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
+  if (j.failures.empty())
+    fmt::print("  worst tolerance-gated stage: {:.3f} of its gate at {}\n", j.worst, j.worst_where);
+  if (!o.dump.empty()) {
+    gc.generator = generator_string("gpu --plan " + o.plan);
+    gc.expected = got;
+    gc.emulated = got;
+    golden::write(o.dump, gc);
+    fmt::print("  GPU trace written to {} (compare: dsv32 diff {} {})\n", o.dump, o.dump, o.golden);
+  }
+  return j.failures.empty() ? kExitPass : kExitFail;
+#else
+  (void)o;
+  fmt::print(stderr, "dsv32 gpu: this build has no CUDA\n");
+  return kExitUsage;
+#endif
+}
+
+}  // namespace
+
+void add_gpu(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<Options>();
+  CLI::App* sub =
+      app.add_subcommand("gpu", "Run a golden case on the GPU under a plan and judge it");
+  sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--plan", o->plan, "eager, breakable-eager, wide, narrow, narrow-copy")
+      ->capture_default_str();
+  sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file");
+  sub->callback([o, &exit_code] { exit_code = run(*o); });
+}
+
+}  // namespace dsv32::tools
