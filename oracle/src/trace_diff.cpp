@@ -28,8 +28,14 @@ CompareResult compare_topk(const Tensor& got, const Tensor& want) {
   r.tol = 0;
   r.count = rows;
   r.count_over = bad_rows;
-  r.first_bad = first < 0 ? -1 : first * K;
-  if (first >= 0) r.got_at = got.data[first * K], r.want_at = want.data[first * K];
+  r.first_bad = -1;
+  if (first >= 0) {  // both sides write a row in ascending order: show the first entry that differs
+    std::int64_t k = 0;
+    while (k + 1 < K && got.data[first * K + k] == want.data[first * K + k]) ++k;
+    r.first_bad = first * K + k;
+    r.got_at = got.data[r.first_bad];
+    r.want_at = want.data[r.first_bad];
+  }
   r.pass = bad_rows == 0;
   if (bad_rows)
     r.note = std::to_string(bad_rows) + " row(s) select a different set; first row " +
