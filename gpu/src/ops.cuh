@@ -391,6 +391,39 @@ __global__ void uv_bmm(Dims d, const S* olat, const S* w_kv_b, S* o) {
   }
 }
 
+/// Deterministic pseudo-random fill of the cache entries of positions [0, ctx) of one request
+/// (benchmarks: long contexts without running their prefill). Grid (ctx), 128 threads.
+__device__ __forceinline__ float hash_unit(unsigned long long x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<float>(x >> 40) * 0x1p-24f * 2.f - 1.f;
+}
+
+template <class S>
+__global__ void synthesize(Dims d, const int* table, int ctx, KvCache<S> cache, IndexCache index,
+                           bool full) {
+  const int p = blockIdx.x;
+  if (p >= ctx) return;
+  const long long slot = static_cast<long long>(table[p / d.B]) * d.B + p % d.B;
+  for (int i = threadIdx.x; i < d.L; i += blockDim.x) {
+    const float v = 2.f * hash_unit(slot * 1024 + i);
+    if (d.fp8_kv)
+      cache.codes[slot * d.L + i] = float_to_e4m3(v * 100.f);
+    else
+      cache.latent[slot * d.L + i] = st<S>(v);
+  }
+  if (d.fp8_kv && threadIdx.x < d.tiles) cache.scales[slot * d.tiles + threadIdx.x] = 0.02f;
+  for (int i = threadIdx.x; i < d.dr; i += blockDim.x)
+    cache.rope[slot * d.dr + i] = st<S>(hash_unit(slot * 1024 + 600 + i));
+  if (!full) return;
+  for (int i = threadIdx.x; i < 128; i += blockDim.x)
+    index.codes[slot * 128 + i] = float_to_e4m3(300.f * hash_unit(slot * 1024 + 700 + i));
+  if (threadIdx.x == 0) index.scales[slot] = 0.01f;
+}
+
 /// residual_add: h = S(h + y) over T rows.
 template <class S>
 __global__ void residual_add(S* h, const S* y, long long n) {

@@ -80,6 +80,8 @@ struct Stack::Impl {
   virtual StepTrace run(const Plan& plan, const StepInput& in, bool replay_only) = 0;
   virtual CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture) = 0;
   virtual std::vector<double> residual(int T) = 0;
+  virtual void synthesize_context(const StepInput& in) = 0;
+  virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
   Config cfg;
 };
 
@@ -192,6 +194,51 @@ class StackImpl final : public Stack::Impl {
     }
     check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
     return trace();
+  }
+
+  void synthesize_context(const StepInput& in) override {
+    const k::Dims d = dims();
+    for (const RequestStep& r : in.requests) {
+      if (r.ctx == 0) continue;
+      auto table = zeros<int>(r.block_table.size());
+      check(cudaMemcpy(table->get(), r.block_table.data(), r.block_table.size() * sizeof(int),
+                       cudaMemcpyHostToDevice),
+            "synthesize");
+      for (int l = 0; l < cfg.num_layers; ++l)
+        k::synthesize<S><<<r.ctx, 128, 0, stream_>>>(d, table->get(), r.ctx, layers_[l].kv,
+                                                     layers_[l].index, cfg.is_full_layer(l));
+      check(cudaStreamSynchronize(stream_), "synthesize");
+    }
+  }
+
+  double time_step(const Plan& plan, const StepInput& in, int repeats) override {
+    run(plan, in, false);  // warm-up; captures on first use
+    const int T = in.capture_size;
+    auto it = captures_.find({plan.name, T});
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "event");
+    check(cudaEventCreate(&b), "event");
+    check(cudaEventRecord(a, stream_), "event");
+    for (int i = 0; i < repeats; ++i) {
+      if (!plan.capture) {
+        for (int l = 0; l < cfg.num_layers; ++l)
+          for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+      } else {
+        for (Segment& seg : it->second.segments) {
+          if (seg.exec)
+            check(cudaGraphLaunch(seg.exec, stream_), "replay");
+          else
+            seg.eager();
+        }
+      }
+    }
+    check(cudaEventRecord(b, stream_), "event");
+    check(cudaEventSynchronize(b), "event");
+    float ms = 0.f;
+    check(cudaEventElapsedTime(&ms, a, b), "event");
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ms / repeats;
   }
 
   std::vector<double> residual(int T) override {
@@ -670,6 +717,14 @@ StepTrace Stack::run(const Plan& plan, const StepInput& in) {
 
 std::vector<double> Stack::residual(int T) {
   return impl_->residual(T);
+}
+
+void Stack::synthesize_context(const StepInput& in) {
+  impl_->synthesize_context(in);
+}
+
+double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
+  return impl_->time_step(plan, in, repeats);
 }
 
 const Config& Stack::config() const {

@@ -43,6 +43,12 @@ class Stack {
   StepTrace run(const Plan& plan, const StepInput& in);
 
   const Config& config() const;
+  /// Fills the cache entries of positions [0, ctx) of every request of `in` with deterministic
+  /// pseudo-random values (benchmarks: long contexts without running their prefill).
+  void synthesize_context(const StepInput& in);
+  /// Mean milliseconds of one step under `plan` over `repeats` timed runs (CUDA events, after a
+  /// warm-up run that also captures).
+  double time_step(const Plan& plan, const StepInput& in, int repeats);
   /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
   std::vector<double> residual(int T);
 
