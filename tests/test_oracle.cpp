@@ -79,6 +79,45 @@ TEST(Oracle, FirstTokenStagesFollowFromTheirInputs) {
   EXPECT_LT((rows_of(tr.output, 0, 1, c.hidden_size) - out).cwiseAbs().maxCoeff(), 1e-12);
 }
 
+// The indexer stages of a first token (position 0: RoPE is the identity) from their inputs:
+// LayerNorm of x W_k, ue8m0 fp8 per 128-vector, omega = w * qscale / sqrt(dI * HI).
+TEST(Oracle, FirstTokenIndexerStagesFollowFromTheirInputs) {
+  for (Hadamard had : {Hadamard::off, Hadamard::on}) {
+    Config cfg = preset("tiny");
+    cfg.hadamard = had;
+    Rig rig(cfg, 8);
+    const LayerTrace lt = rig.run({{0, 1}}).layers[0];
+    const LayerWeights& w = rig.weights->layers[0];
+    const int dI = cfg.index_head_dim, HI = cfg.index_n_heads;
+    const Mat x = rmsnorm(rig.last.hidden.topRows(1), w.g_in, cfg.rms_norm_eps);
+    const Mat kraw = x * w.indexer->w_k.transpose();
+    const double mean = kraw.mean();
+    const double var = (kraw.array() - mean).square().mean();
+    std::vector<double> k(dI);
+    for (int i = 0; i < dI; ++i)
+      k[i] = (kraw(0, i) - mean) / std::sqrt(var + cfg.indexer_norm_eps) * w.indexer->g_k[i] +
+             w.indexer->b_k[i];
+    if (had == Hadamard::on) hadamard_transform(k);
+    const Fp8Block kq = quantize_ue8m0(k);
+    EXPECT_EQ(lt.at("kI_scale").data[0], kq.scale);
+    for (int i = 0; i < dI; ++i)
+      ASSERT_EQ(lt.at("kI8").data[i], e4m3_value(kq.codes[i])) << "kI8 " << i;
+    const Mat q_c =
+        rmsnorm((x * w.w_qkv_a.transpose()).leftCols(cfg.q_lora_rank), w.g_q, cfg.rms_norm_eps);
+    const Mat qI = q_c * w.indexer->w_q_b.transpose();
+    const Mat wts = x * w.indexer->w_w.transpose();
+    for (int h = 0; h < HI; ++h) {
+      std::vector<double> q(qI.data() + h * dI, qI.data() + (h + 1) * dI);
+      if (had == Hadamard::on) hadamard_transform(q);
+      const Fp8Block qq = quantize_ue8m0(q);
+      EXPECT_EQ(lt.at("qI_scale").data[h], qq.scale);
+      for (int i = 0; i < dI; ++i)
+        ASSERT_EQ(lt.at("qI8").data[h * dI + i], e4m3_value(qq.codes[i])) << "head " << h;
+      EXPECT_NEAR(lt.at("omega").data[h], wts(0, h) * qq.scale / std::sqrt(double(dI) * HI), 1e-15);
+    }
+  }
+}
+
 // Absorbed MQA (the oracle) equals the explicit MHA form k = W_UK c, v = W_UV c.
 TEST(Oracle, AbsorbedMqaEqualsExplicitMha) {
   Config cfg = preset("tiny");

@@ -1,6 +1,7 @@
 // `dsv32 golden`: list and generate golden files from the case registry.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -83,11 +84,26 @@ int generate(const Options& o) {
          {"steps", gc.steps.size()},
          {"config", nlohmann::json::parse(golden::config_to_json(gc.cfg))}});
   }
-  if (o.all) {
-    manifest["generator"] = generator;
-    manifest["schema_version"] = golden::kSchemaVersion;
-    std::ofstream(std::filesystem::path(o.out) / "MANIFEST.json") << manifest.dump(2) << "\n";
+  // The manifest lists every case in the directory: entries of regenerated cases are replaced,
+  // the others kept.
+  const std::filesystem::path mpath = std::filesystem::path(o.out) / "MANIFEST.json";
+  nlohmann::json merged;
+  if (std::ifstream in(mpath); in) merged = nlohmann::json::parse(in, nullptr, false);
+  if (merged.is_discarded() || !merged.is_object()) merged = nlohmann::json::object();
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& e : merged.value("cases", nlohmann::json::array())) {
+    bool replaced = false;
+    for (const auto& n : manifest["cases"]) replaced = replaced || n["case"] == e["case"];
+    if (!replaced) cases.push_back(e);
   }
+  for (const auto& n : manifest["cases"]) cases.push_back(n);
+  std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) {
+    return a["case"].template get<std::string>() < b["case"].template get<std::string>();
+  });
+  merged["cases"] = cases;
+  merged["schema_version"] = golden::kSchemaVersion;
+  merged.erase("generator");  // each file records its own generator
+  std::ofstream(mpath) << merged.dump(2) << "\n";
   return kExitPass;
 }
 

@@ -184,6 +184,14 @@ Oracle::Oracle(Config cfg, std::shared_ptr<const Weights> weights, Mode mode, in
       c.index_scale = Vec::Constant(slots, kNaN);
     }
     caches_.push_back(std::move(c));
+    // indexer_wk_proj is one GEMM over the stacked [w_k; w_w] (BOUNDARIES.md op 3).
+    Mat kw;
+    if (cfg_.is_full_layer(l)) {
+      const IndexerWeights& iw = *w_->layers[l].indexer;
+      kw.resize(iw.w_k.rows() + iw.w_w.rows(), iw.w_k.cols());
+      kw << iw.w_k, iw.w_w;
+    }
+    indexer_kw_.push_back(std::move(kw));
   }
 }
 
@@ -294,11 +302,11 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     // qI part, indexer_topk.
     if (c.is_full_layer(l)) {
       const IndexerWeights& iw = *lw.indexer;
-      Mat qI, kraw, wts;
-      kraw.noalias() = x * iw.w_k.transpose();
-      store(kraw);
-      wts.noalias() = x * iw.w_w.transpose();
-      store(wts);
+      Mat qI, kw;
+      kw.noalias() = x * indexer_kw_[l].transpose();  // one GEMM: [kraw | w]
+      store(kw);
+      const auto kraw = kw.leftCols(dI);
+      const auto wts = kw.rightCols(HI);
       lap("indexer_wk_proj");
       qI.noalias() = q_c * iw.w_q_b.transpose();
       store(qI);

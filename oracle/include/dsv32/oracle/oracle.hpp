@@ -112,6 +112,7 @@ class Oracle {
   int num_blocks_;
   Rope rope_;
   std::vector<LayerCache> caches_;
+  std::vector<Mat> indexer_kw_;  // per F layer: [w_k; w_w], (dI + HI, D)
 };
 
 /// The top-k rule of MATH.md step 7 on one row of scores for positions 0..p: all of them in
