@@ -31,8 +31,7 @@ int run(const Options& o) {
   }
   golden::GoldenCase gc = golden::read(o.golden);
   const gpu::Plan plan = gpu::plan_preset(o.plan, gc.cfg);
-  int T = 1;
-  for (const StepInput& in : gc.steps) T = std::max(T, in.capture_size);
+  const int T = max_capture_size(gc.steps);
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, T);
   std::vector<StepTrace> got;
   for (std::size_t s = 0; s < gc.steps.size(); ++s) {

@@ -69,8 +69,7 @@ Verdict goldens(const Options& o) {
 #if DSV32_HAVE_CUDA
 /// Every plan on the GPU: bitwise equal to `eager`, and `eager` within the oracle's gates.
 void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
-  int T = 1;
-  for (const StepInput& in : gc.steps) T = std::max(T, in.capture_size);
+  const int T = max_capture_size(gc.steps);
   const auto w = std::make_shared<const Weights>(gc.weights);
   std::vector<StepTrace> eager;
   {

@@ -77,6 +77,12 @@ std::int64_t StepInput::slot_of(int r, int position, int block_size) const {
          position % block_size;
 }
 
+int max_capture_size(const std::vector<StepInput>& steps) {
+  int T = 1;
+  for (const StepInput& in : steps) T = std::max(T, in.capture_size);
+  return T;
+}
+
 ScenarioBuilder::ScenarioBuilder(const Config& cfg, std::uint64_t seed, int num_blocks)
     : cfg_(cfg), seed_(seed), num_blocks_(num_blocks) {
   cfg_.validate();

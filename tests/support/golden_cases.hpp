@@ -18,9 +18,7 @@ inline std::string fixture(const std::string& name) {
 
 /// The largest capture size of a case's steps.
 inline int max_capture(const golden::GoldenCase& c) {
-  int T = 1;
-  for (const StepInput& in : c.steps) T = std::max(T, in.capture_size);
-  return T;
+  return max_capture_size(c.steps);
 }
 
 /// Names of the committed registry cases.

@@ -44,6 +44,9 @@ struct StepInput {
   std::int64_t slot_of(int r, int position, int block_size) const;
 };
 
+/// The largest capture size among steps (at least 1): what a stack must be sized for.
+int max_capture_size(const std::vector<StepInput>& steps);
+
 /// What fills padded rows of `hidden`.
 enum class Poison { zeros, nan, huge };
 
