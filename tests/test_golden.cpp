@@ -62,6 +62,21 @@ void tamper(const std::string& path, F&& fn) {
   H5Fclose(f);
 }
 
+/// Rewrites one float64 dataset of a file in place: fn edits its values.
+template <class F>
+void edit_doubles(const std::string& path, const char* dataset, F&& fn) {
+  tamper(path, [&](hid_t f) {
+    const hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
+    const hid_t sp = H5Dget_space(d);
+    std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
+    H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    fn(v);
+    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    H5Sclose(sp);
+    H5Dclose(d);
+  });
+}
+
 void set_string_attr(hid_t obj, const char* name, const std::string& value) {
   H5Adelete(obj, name);
   const hid_t t = H5Tcopy(H5T_C_S1);
@@ -190,16 +205,8 @@ TEST_F(GoldenFiles, WrongDtypeIsRefusedByName) {
 
 TEST_F(GoldenFiles, NanInExpectedIsRefusedByName) {
   const std::string p = copy_of_default();
-  tamper(p, [](hid_t f) {
-    const hid_t d = H5Dopen2(f, "steps/step2/expected/layer1/y", H5P_DEFAULT);
-    const hid_t sp = H5Dget_space(d);
-    std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
-    H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
-    v[65] = std::nan("");
-    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
-    H5Sclose(sp);
-    H5Dclose(d);
-  });
+  edit_doubles(p, "steps/step2/expected/layer1/y",
+               [](std::vector<double>& v) { v[65] = std::nan(""); });
   const std::string why = refusal(p);
   EXPECT_NE(why.find("/steps/step2/expected/layer1/y: NaN at (1, 1)"), std::string::npos) << why;
 }
@@ -228,16 +235,7 @@ TEST_F(GoldenFiles, DiffCommandExitCodes) {
   const std::string fx = fixture("default");
   EXPECT_EQ(WEXITSTATUS(std::system((tool + " diff " + fx + " " + fx + " >/dev/null").c_str())), 0);
   const std::string p = copy_of_default();
-  tamper(p, [](hid_t f) {
-    const hid_t d = H5Dopen2(f, "steps/step3/expected/layer2/kR", H5P_DEFAULT);
-    const hid_t sp = H5Dget_space(d);
-    std::vector<double> v(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
-    H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
-    v[3] = -v[3];
-    H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
-    H5Sclose(sp);
-    H5Dclose(d);
-  });
+  edit_doubles(p, "steps/step3/expected/layer2/kR", [](std::vector<double>& v) { v[3] = -v[3]; });
   const std::string log = (dir_ / "diff.txt").string();
   EXPECT_EQ(WEXITSTATUS(std::system((tool + " diff " + p + " " + fx + " > " + log).c_str())), 1);
   EXPECT_NE(bytes_of(log).find("first divergent stage: step3/layer2/kR (op norm_rope_cache)"),
