@@ -2,12 +2,15 @@
 // capture runs no graph op, and every plan bitwise equal to `eager` over changing steps.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/compare.hpp"
 #include "support/golden_cases.hpp"
 #include "support/gpu.hpp"
+#include "support/gpu_runs.hpp"
 
 namespace dsv32 {
 namespace {
@@ -15,26 +18,9 @@ namespace {
 using testing::case_test_name;
 using testing::committed_cases;
 using testing::fixture;
+using testing::check_plans;
 using testing::max_capture;
-
-TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
-  const Config cfg = preset("tiny-fs");
-  for (const std::string& name : gpu::plan_names())
-    EXPECT_NO_THROW(gpu::validate(gpu::plan_preset(name, cfg), cfg));
-  gpu::Plan p = gpu::plan_preset("narrow", cfg);
-  p.placement[1]["sparse_mqa"] = gpu::Placement::graph;
-  try {
-    gpu::validate(p, cfg);
-    FAIL() << "a captured sparse_mqa was accepted";
-  } catch (const gpu::PlanError& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1: op 'sparse_mqa'"), std::string::npos)
-        << e.what();
-  }
-  EXPECT_NO_THROW(gpu::validate(p, cfg, /*allow_host_capture=*/true));
-  EXPECT_THROW(gpu::plan_preset("full", cfg), gpu::PlanError);
-  EXPECT_EQ(gpu::plan_preset("narrow", cfg).ops(cfg, 1).size(), 10u);  // S layer: no indexer ops
-  EXPECT_EQ(gpu::plan_preset("narrow-copy", cfg).ops(cfg, 0).back(), "residual_add");
-}
+using testing::run_plan;
 
 TEST(GpuPlans, SegmentStructureMatchesEachPlan) {
   DSV32_REQUIRE_GPU();
@@ -64,15 +50,11 @@ TEST(GpuPlans, CaptureRunsNoGraphOp) {
 
 /// Runs every step of a case under each plan on its own stack; all must equal `eager` bitwise.
 void expect_plans_bitwise_equal(const golden::GoldenCase& gc) {
-  gpu::Stack eager(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
-  std::vector<StepTrace> base;
-  for (const StepInput& in : gc.steps) base.push_back(eager.step(in));
+  const std::vector<StepTrace> base =
+      run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
   for (const std::string& name : gpu::plan_names()) {
     if (name == "eager") continue;
-    const gpu::Plan plan = gpu::plan_preset(name, gc.cfg);
-    gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
-    std::vector<StepTrace> got;
-    for (const StepInput& in : gc.steps) got.push_back(stack.run(plan, in));
+    const std::vector<StepTrace> got = run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, name);
     EXPECT_EQ(gpu::first_difference(gc.cfg, base, got), "") << gc.case_id << " plan " << name;
   }
 }
@@ -98,6 +80,42 @@ TEST(GpuPlans, ReplayAfterShortContextCaptureHandlesContextsBeyondKAndChangingRe
                 {{{0, 7}, {2, 1}}, 8, {}},
                 {{{0, 1}}, 8, {}}};
   expect_plans_bitwise_equal(golden::generate(spec, "test"));
+}
+
+/// Steps at capture sizes T of the vLLM list up to 512, each with T_a = T, T - 1 and 1 real
+/// tokens (decode, prefill and mixed batches over growing contexts, padded rows NaN).
+std::vector<StepInput> token_count_steps(const Config& cfg, int num_blocks) {
+  ScenarioBuilder b(cfg, 31, num_blocks);
+  std::vector<StepInput> steps;
+  std::vector<int> live;  // requests with context, oldest first
+  int next_id = 0;
+  for (int T : {1, 2, 8, 24, 64, 136, 256, 512}) {
+    for (int Ta : std::set<int>{T, std::max(1, T - 1), 1}) {
+      std::vector<StepRequest> reqs;
+      const int decodes = std::min<int>(static_cast<int>(live.size()), Ta == 1 ? 1 : Ta / 2);
+      for (int i = 0; i < decodes; ++i) reqs.push_back({live[i], 1});  // decodes first
+      if (const int rest = Ta - decodes; rest > 0) {
+        reqs.push_back({next_id, rest});
+        live.push_back(next_id++);
+      }
+      steps.push_back(b.step(reqs, T, Poison::nan));
+      if (live.size() > 6) {
+        b.finish(live.front());
+        live.erase(live.begin());
+      }
+    }
+  }
+  return steps;
+}
+
+TEST(GpuPlans, TokenCountsUpTo512WithFewerRealTokensUnderEveryPlan) {
+  DSV32_REQUIRE_GPU();
+  const Config cfg = preset("tiny-fs");  // F S F, K = 8, blocks of 5
+  const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 31));
+  const int num_blocks = 3000 / cfg.block_size;  // every token of every step fits
+  const std::vector<StepInput> steps = token_count_steps(cfg, num_blocks);
+  ASSERT_EQ(max_capture_size(steps), 512);
+  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, gpu::plan_names()), "");
 }
 
 }  // namespace

@@ -73,6 +73,25 @@ Plan plan_preset(std::string_view name, const Config& cfg) {
   return p;
 }
 
+std::vector<int> capture_sizes(int max_size) {
+  if (max_size < 1) throw std::invalid_argument("capture sizes: max_size must be >= 1");
+  std::vector<int> out;
+  for (int s : {1, 2, 4})
+    if (s <= max_size) out.push_back(s);
+  for (int s = 8; s <= std::min(max_size, 256); s += 8) out.push_back(s);
+  for (int s = 272; s <= max_size; s += 16) out.push_back(s);
+  if (out.back() != max_size) out.push_back(max_size);
+  return out;
+}
+
+int capture_size_for(const std::vector<int>& sizes, int num_tokens) {
+  if (num_tokens < 1)
+    throw std::invalid_argument("capture size: a step has at least one real token, got " +
+                                std::to_string(num_tokens));
+  const auto it = std::lower_bound(sizes.begin(), sizes.end(), num_tokens);
+  return it == sizes.end() ? 0 : *it;
+}
+
 void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
   if (!plan.capture) return;
   if (static_cast<int>(plan.placement.size()) != cfg.num_layers)

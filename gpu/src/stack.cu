@@ -82,6 +82,7 @@ struct Stack::Impl {
   virtual std::vector<double> residual(int T) = 0;
   virtual void synthesize_context(const StepInput& in) = 0;
   virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
+  virtual int capture_count() const = 0;
   Config cfg;
 };
 
@@ -106,18 +107,6 @@ struct LayerDev {
   Buf<std::uint8_t> q8, k8;
   Buf<float> qscale, omega, kscale, lse;
   Buf<int> topk_trace;
-};
-
-/// One recorded segment: a graph, or an eager op replayed by calling it again.
-struct Segment {
-  cudaGraphExec_t exec = nullptr;
-  std::function<void()> eager;
-  std::string label;
-};
-
-struct Capture {
-  std::vector<Segment> segments;
-  CaptureInfo info;
 };
 
 template <class S>
@@ -155,9 +144,7 @@ class StackImpl final : public Stack::Impl {
   }
 
   ~StackImpl() override {
-    for (auto& [key, cap] : captures_)
-      for (Segment& seg : cap.segments)
-        if (seg.exec) cudaGraphExecDestroy(seg.exec);
+    captures_.clear();
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -185,12 +172,7 @@ class StackImpl final : public Stack::Impl {
         upload_step(in);  // capture ran its eager ops on empty metadata
         it = captures_.find({plan.name, T});
       }
-      for (Segment& seg : it->second.segments) {
-        if (seg.exec)
-          check(cudaGraphLaunch(seg.exec, stream_), ("replay graph " + seg.label).c_str());
-        else
-          seg.eager();
-      }
+      it->second->replay();
     }
     check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
     return trace();
@@ -224,12 +206,7 @@ class StackImpl final : public Stack::Impl {
         for (int l = 0; l < cfg.num_layers; ++l)
           for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
       } else {
-        for (Segment& seg : it->second.segments) {
-          if (seg.exec)
-            check(cudaGraphLaunch(seg.exec, stream_), "replay");
-          else
-            seg.eager();
-        }
+        it->second->replay();
       }
     }
     check(cudaEventRecord(b, stream_), "event");
@@ -256,7 +233,7 @@ class StackImpl final : public Stack::Impl {
     cudaStreamCaptureStatus status;
     check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
     if (status != cudaStreamCaptureStatusNone)
-      throw PlanError("nested capture: the stream is already capturing");
+      throw GraphError("nested capture: the stack's stream is already being captured");
     // Empty metadata: every row padded, no real token; eager ops then have no work.
     StepInput empty;
     empty.capture_size = T;
@@ -269,76 +246,22 @@ class StackImpl final : public Stack::Impl {
       for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
     check(cudaStreamSynchronize(stream_), "capture warm-up");
     upload_step(empty);  // ones again: a graph op that ran during capture would change them
-    Capture cap;
-    bool open = false;
-    std::string label;
-    const auto close = [&] {
-      if (!open) return;
-      cudaGraph_t graph = nullptr;
-      check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-      cudaGraphExec_t exec = nullptr;
-      check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-      cudaGraphDestroy(graph);
-      cap.segments.push_back({exec, {}, label});
-      cap.info.graphs++;
-      cap.info.structure += "G";
-      open = false;
-      label.clear();
-    };
-    try {
-      for (int l = 0; l < cfg.num_layers; ++l)
-        for (const std::string& op : plan.ops(cfg, l)) {
-          const std::string where = "layer" + std::to_string(l) + "/" + op;
-          if (plan.at(l, op) == Placement::graph) {
-            if (!open) {
-              check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
-                    "cudaStreamBeginCapture");
-              open = true;
-            }
-            run_op(l, op);
-            label += (label.empty() ? "" : ",") + where;
-            continue;
-          }
-          close();
-          run_op(l, op);  // for real, on empty metadata
-          if (!cap.segments.empty() && cap.segments.back().eager) {
-            auto prev = std::move(cap.segments.back().eager);
-            cap.segments.back().eager = [prev, this, l, op] {
-              prev();
-              run_op(l, op);
-            };
-            cap.segments.back().label += "," + where;
-          } else {
-            cap.segments.push_back({nullptr, [this, l, op] { run_op(l, op); }, where});
-            cap.info.eager_breaks++;
-            cap.info.structure += "E";
-          }
-        }
-      close();
-    } catch (...) {
-      // Leave no half-open capture behind: end it and drop what was recorded.
-      cudaStreamCaptureStatus st;
-      if (cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
-        cudaGraph_t g = nullptr;
-        cudaStreamEndCapture(stream_, &g);
-        if (g) cudaGraphDestroy(g);
+    auto graph = std::make_unique<BreakableGraph>(stream_);
+    graph->begin();
+    for (int l = 0; l < cfg.num_layers; ++l)
+      for (const std::string& op : plan.ops(cfg, l)) {
+        const std::string where = "layer" + std::to_string(l) + "/" + op;
+        if (plan.at(l, op) == Placement::graph)
+          graph->graph(where, [&] { run_op(l, op); });
+        else  // runs now on empty metadata (no real rows), and again at every replay
+          graph->eager(where, [this, l, op] { run_op(l, op); });
       }
-      cudaGetLastError();
-      for (Segment& seg : cap.segments)
-        if (seg.exec) cudaGraphExecDestroy(seg.exec);
-      throw;
-    }
-    check(cudaStreamSynchronize(stream_), "capture");
-    auto old = captures_.find({plan.name, T});
-    if (old != captures_.end()) {
-      for (Segment& seg : old->second.segments)
-        if (seg.exec) cudaGraphExecDestroy(seg.exec);
-      captures_.erase(old);
-    }
-    const CaptureInfo info = cap.info;
-    captures_.emplace(std::make_pair(plan.name, T), std::move(cap));
+    const CaptureInfo info = graph->end();
+    captures_[{plan.name, T}] = std::move(graph);
     return info;
   }
+
+  int capture_count() const override { return static_cast<int>(captures_.size()); }
 
  private:
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
@@ -598,37 +521,32 @@ class StackImpl final : public Stack::Impl {
     check(cudaGetLastError(), ("layer" + std::to_string(l) + "/" + op).c_str());
   }
 
-  Tensor tensor_of(const char* name, const S* p, int rows, std::vector<std::int64_t> tail) {
+  /// Rows [0, rows) of a device tensor as a trace Tensor; `value` maps a stored element to its
+  /// value (storage types, fp32 scales, e4m3 codes).
+  template <class T, class Value>
+  Tensor tensor_of(const char* name, const T* p, int rows, std::vector<std::int64_t> tail,
+                   DType dtype, Value value) {
     std::int64_t per = 1;
     for (auto v : tail) per *= v;
-    const std::vector<S> host = download(p, static_cast<std::size_t>(rows * per));
+    const std::vector<T> host = download(p, static_cast<std::size_t>(rows * per));
     std::vector<double> data(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) data[i] = from_storage(host[i]);
+    for (std::size_t i = 0; i < host.size(); ++i) data[i] = value(host[i]);
     std::vector<std::int64_t> shape{rows};
     shape.insert(shape.end(), tail.begin(), tail.end());
-    return Tensor::from(name, std::move(shape), std::move(data), storage_dtype(cfg, name));
+    return Tensor::from(name, std::move(shape), std::move(data), dtype);
   }
-
+  Tensor tensor_of(const char* name, const S* p, int rows, std::vector<std::int64_t> tail) {
+    return tensor_of(name, p, rows, std::move(tail), storage_dtype(cfg, name),
+                     [](S v) { return from_storage(v); });
+  }
   Tensor floats_of(const char* name, const float* p, int rows, std::vector<std::int64_t> tail) {
-    std::int64_t per = 1;
-    for (auto v : tail) per *= v;
-    const std::vector<float> host = download(p, static_cast<std::size_t>(rows * per));
-    std::vector<std::int64_t> shape{rows};
-    shape.insert(shape.end(), tail.begin(), tail.end());
-    return Tensor::from(name, std::move(shape), std::vector<double>(host.begin(), host.end()),
-                        storage_dtype(cfg, name));
+    return tensor_of(name, p, rows, std::move(tail), storage_dtype(cfg, name),
+                     [](float v) { return static_cast<double>(v); });
   }
-
   Tensor codes_of(const char* name, const std::uint8_t* p, int rows,
                   std::vector<std::int64_t> tail) {
-    std::int64_t per = 1;
-    for (auto v : tail) per *= v;
-    const std::vector<std::uint8_t> host = download(p, static_cast<std::size_t>(rows * per));
-    std::vector<double> data(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) data[i] = e4m3_value(host[i]);
-    std::vector<std::int64_t> shape{rows};
-    shape.insert(shape.end(), tail.begin(), tail.end());
-    return Tensor::from(name, std::move(shape), std::move(data), DType::float8_e4m3fn);
+    return tensor_of(name, p, rows, std::move(tail), DType::float8_e4m3fn,
+                     [](std::uint8_t v) { return e4m3_value(v); });
   }
 
   /// Every stage of rows [0, T_a) of every layer, read after the step.
@@ -656,10 +574,8 @@ class StackImpl final : public Stack::Impl {
         lt.tensors.push_back(floats_of("kI_scale", w.kscale->get(), Ta, {}));
         lt.tensors.push_back(floats_of("omega", w.omega->get(), Ta, {HI}));
       }
-      const std::vector<int> tk =
-          download(w.topk_trace->get(), static_cast<std::size_t>(Ta) * cfg.index_topk);
-      lt.tensors.push_back(Tensor::from("topk", {Ta, cfg.index_topk},
-                                        std::vector<double>(tk.begin(), tk.end()), DType::int32));
+      lt.tensors.push_back(tensor_of("topk", w.topk_trace->get(), Ta, {cfg.index_topk},
+                                     DType::int32, [](int v) { return static_cast<double>(v); }));
       lt.tensors.push_back(tensor_of("olat", w.olat_trace->get(), Ta, {H, L}));
       lt.tensors.push_back(floats_of("lse", w.lse->get(), Ta, {H}));
       lt.tensors.push_back(
@@ -685,7 +601,7 @@ class StackImpl final : public Stack::Impl {
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
   int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1;
-  std::map<std::pair<std::string, int>, Capture> captures_;
+  std::map<std::pair<std::string, int>, std::unique_ptr<BreakableGraph>> captures_;
 };
 
 }  // namespace
@@ -725,6 +641,10 @@ void Stack::synthesize_context(const StepInput& in) {
 
 double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
   return impl_->time_step(plan, in, repeats);
+}
+
+int Stack::capture_count() const {
+  return impl_->capture_count();
 }
 
 const Config& Stack::config() const {

@@ -41,6 +41,14 @@ struct Plan {
 std::vector<std::string> plan_names();
 /// A preset for cfg's layers; throws PlanError for an unknown name.
 Plan plan_preset(std::string_view name, const Config& cfg);
+/// The capture sizes up to `max_size` (vLLM's list): 1, 2, 4, multiples of 8 up to 256, then
+/// multiples of 16; `max_size` itself is always included. Throws for max_size < 1.
+std::vector<int> capture_sizes(int max_size);
+/// The capture size a step of `num_tokens` real tokens pads to: the smallest of `sizes` (sorted
+/// ascending) that is >= num_tokens; 0 when none is (the step then runs without a graph, as
+/// vLLM runs batches above the largest capture size eagerly). Throws for num_tokens < 1.
+int capture_size_for(const std::vector<int>& sizes, int num_tokens);
+
 /// Rejects a plan that captures an H op (BOUNDARIES.md: only legal with a device-driven
 /// variant); `allow_host_capture` bypasses it on purpose (mutants, bisect).
 void validate(const Plan& plan, const Config& cfg, bool allow_host_capture = false);

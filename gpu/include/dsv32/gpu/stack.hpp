@@ -6,17 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "dsv32/gpu/graph.hpp"
 #include "dsv32/gpu/plan.hpp"
 #include "dsv32/oracle/oracle.hpp"
 
 namespace dsv32::gpu {
-
-/// Segment structure of one capture: graph segments and eager breaks, in order ("G E G").
-struct CaptureInfo {
-  int graphs = 0;
-  int eager_breaks = 0;
-  std::string structure;
-};
 
 /// One stack on device 0: weights, paged caches, the shared top-k buffer and every inter-op
 /// tensor, allocated once for capture sizes up to `max_tokens`.
@@ -42,6 +36,8 @@ class Stack {
   /// Runs the step under `plan`: `eager` runs ops directly; other plans capture on first use.
   StepTrace run(const Plan& plan, const StepInput& in);
 
+  /// Captures held: one per (plan name, capture size), reused by every later step of that size.
+  int capture_count() const;
   const Config& config() const;
   /// Fills the cache entries of positions [0, ctx) of every request of `in` with deterministic
   /// pseudo-random values (benchmarks: long contexts without running their prefill).

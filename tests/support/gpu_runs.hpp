@@ -1,0 +1,54 @@
+// Running steps under plans on fresh GPU stacks and checking the plan invariants of
+// BOUNDARIES.md section 3, shared by the plan tests and the GPU properties.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/stack.hpp"
+
+namespace dsv32::testing {
+
+/// Runs `steps` under the preset `plan` on a fresh stack; `captures` receives how many captures
+/// the stack ended up holding.
+inline std::vector<StepTrace> run_plan(const Config& cfg, const Weights& w, int num_blocks,
+                                       const std::vector<StepInput>& steps,
+                                       const std::string& plan, int* captures = nullptr) {
+  gpu::Stack stack(cfg, w, num_blocks, max_capture_size(steps));
+  const gpu::Plan p = gpu::plan_preset(plan, cfg);
+  std::vector<StepTrace> out;
+  for (const StepInput& in : steps) out.push_back(stack.run(p, in));
+  if (captures) *captures = stack.capture_count();
+  return out;
+}
+
+/// "" when `eager` passes the oracle's gates (TESTING.md) on every step and each of `plans` gives
+/// eager's bits on every step, capturing once per distinct capture size; else what failed first.
+inline std::string check_plans(const Config& cfg, const std::shared_ptr<const Weights>& w,
+                               int num_blocks, const std::vector<StepInput>& steps,
+                               const std::vector<std::string>& plans) {
+  const std::vector<StepTrace> base = run_plan(cfg, *w, num_blocks, steps, "eager");
+  const gpu::Judgement j = gpu::judge(cfg, w, num_blocks, steps, base);
+  if (j.stages == 0) return "eager vs oracle: nothing was compared";
+  if (!j.failures.empty())
+    return "eager vs oracle: " + j.failures.front() + " (" + std::to_string(j.failures.size()) +
+           " failures)";
+  std::set<int> sizes;
+  for (const StepInput& in : steps) sizes.insert(in.capture_size);
+  for (const std::string& plan : plans) {
+    if (plan == "eager") continue;
+    int captures = 0;
+    const std::vector<StepTrace> got = run_plan(cfg, *w, num_blocks, steps, plan, &captures);
+    if (std::string d = gpu::first_difference(cfg, base, got); !d.empty())
+      return "plan " + plan + " differs from eager: " + d;
+    if (captures != static_cast<int>(sizes.size()))
+      return "plan " + plan + " holds " + std::to_string(captures) + " captures for " +
+             std::to_string(sizes.size()) + " capture sizes";
+  }
+  return "";
+}
+
+}  // namespace dsv32::testing

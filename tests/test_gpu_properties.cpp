@@ -1,0 +1,279 @@
+// RapidCheck over the GPU stack under boundary plans (BOUNDARIES.md section 3):
+// - scenario x plan x capture size: every plan gives eager's bits, eager is within the oracle's
+//   gates (TESTING.md), padded rows are poisoned;
+// - a stateful test (rc::state) whose commands admit, decode, grow and finish requests, change
+//   T_a under the same capture size, capture and recapture; each step must give eager's bits,
+//   the stack must hold one capture per size, and the oracle judges the whole run at the end.
+//
+// Reproduce a failure with the RC_PARAMS line RapidCheck prints; the case count follows
+// RC_PARAMS="max_success=N" (default 100).
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/state.h>
+
+#include <algorithm>
+#include <set>
+
+#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/stack.hpp"
+#include "support/generators.hpp"
+#include "support/gpu.hpp"
+#include "support/gpu_runs.hpp"
+#include "support/runs.hpp"
+
+namespace dsv32 {
+namespace {
+
+const std::vector<std::string> kCapturePlans{"breakable-eager", "wide", "narrow", "narrow-copy"};
+
+/// The capture size for T_a real tokens, `up` sizes above the smallest that fits (clipped).
+int padded_size(const std::vector<int>& sizes, int Ta, int up) {
+  const int T = gpu::capture_size_for(sizes, Ta);
+  RC_ASSERT(T > 0);
+  const auto it = std::find(sizes.begin(), sizes.end(), T);
+  return *std::min(it + up, sizes.end() - 1);
+}
+
+/// The batch's contexts as prefill chunks of at most sizes.back() tokens (one request a step),
+/// then one step of every request's q new tokens; every step padded per `up` with `poison`.
+std::vector<StepInput> batch_steps(const Config& cfg, int num_blocks,
+                                   const std::vector<gen::Req>& reqs,
+                                   const std::vector<int>& sizes, int up, Poison poison) {
+  ScenarioBuilder b(cfg, 41, num_blocks);
+  std::vector<StepInput> steps;
+  for (std::size_t r = 0; r < reqs.size(); ++r)
+    for (int done = 0; done < reqs[r].prefill;) {
+      const int chunk = std::min(reqs[r].prefill - done, sizes.back());
+      steps.push_back(b.step({{static_cast<int>(r), chunk}}, padded_size(sizes, chunk, up), poison));
+      done += chunk;
+    }
+  std::vector<StepRequest> last;
+  int Ta = 0;
+  for (std::size_t r = 0; r < reqs.size(); ++r) {
+    last.push_back({static_cast<int>(r), reqs[r].q});
+    Ta += reqs[r].q;
+  }
+  steps.push_back(b.step(last, padded_size(sizes, Ta, up), poison));
+  return steps;
+}
+
+TEST(GpuPlanProperty, EveryPlanGivesEagerBitsAndEagerMatchesTheOracle) {
+  DSV32_REQUIRE_GPU();
+  const bool ok = rc::check("scenario x plan x capture size", [] {
+    const Config cfg = *gen::config();
+    const std::vector<gen::Req> reqs = *gen::batch();
+    const std::string plan = *rc::gen::elementOf(kCapturePlans);
+    const int up = *rc::gen::inRange(0, 3);
+    const Poison poison = *rc::gen::element(Poison::nan, Poison::huge);
+    const int num_blocks = testing::blocks_for(cfg, reqs);
+    const std::vector<StepInput> steps =
+        batch_steps(cfg, num_blocks, reqs, gpu::capture_sizes(256), up, poison);
+    const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 41));
+    const std::string bad = testing::check_plans(cfg, w, num_blocks, steps, {plan});
+    RC_LOG() << "plan " << plan << ", " << steps.size() << " steps\n";
+    if (!bad.empty()) RC_FAIL(bad);
+  });
+  EXPECT_TRUE(ok);
+}
+
+// --- the stateful test ------------------------------------------------------------------------
+
+constexpr int kMaxT = 64;          // capture sizes 1, 2, 4, 8, ..., 64
+constexpr int kTokenBudget = 480;  // tokens over a whole command sequence (the cache's size)
+
+/// What the test knows of the system: live requests and their contexts, the last capture size,
+/// the sizes captured, and the tokens spent.
+struct Model {
+  std::vector<std::pair<int, int>> live;  // (id, ctx), admission order
+  int next_id = 0;
+  int last_T = 0;
+  std::set<int> captured;
+  int tokens = 0;
+};
+
+/// The system: a ScenarioBuilder, an eager stack and a stack under the plan, and the run so far.
+struct Sut {
+  Sut(const Config& c, const std::string& plan_name)
+      : cfg(c),
+        w(std::make_shared<const Weights>(Weights::generate(c, 43))),
+        num_blocks(kTokenBudget + 32),
+        builder(c, 43, num_blocks),
+        plan(gpu::plan_preset(plan_name, c)),
+        eager(c, *w, num_blocks, kMaxT),
+        planned(c, *w, num_blocks, kMaxT) {}
+  Config cfg;
+  std::shared_ptr<const Weights> w;
+  int num_blocks;
+  ScenarioBuilder builder;
+  gpu::Plan plan;
+  gpu::Stack eager, planned;
+  std::vector<StepInput> steps;
+  std::vector<StepTrace> traces;
+};
+
+using Command = rc::state::Command<Model, Sut>;
+const std::vector<int>& sizes() {
+  static const std::vector<int> s = gpu::capture_sizes(kMaxT);
+  return s;
+}
+
+/// A command that runs one step: `requests(model)` and the capture size it pads to.
+struct StepCommand : Command {
+  virtual std::vector<StepRequest> requests(const Model& m) const = 0;
+  virtual int size(const Model&, int Ta) const { return gpu::capture_size_for(sizes(), Ta); }
+  static int real_tokens(const std::vector<StepRequest>& reqs) {
+    int n = 0;
+    for (const StepRequest& r : reqs) n += r.q;
+    return n;
+  }
+  void checkPreconditions(const Model& m) const override {
+    const int Ta = real_tokens(requests(m));
+    RC_PRE(Ta >= 1 && size(m, Ta) >= Ta && m.tokens + Ta <= kTokenBudget);
+  }
+  void apply(Model& m) const override {
+    const std::vector<StepRequest> reqs = requests(m);
+    const int Ta = real_tokens(reqs);
+    for (const StepRequest& r : reqs) {
+      auto it = std::find_if(m.live.begin(), m.live.end(), [&](auto& p) { return p.first == r.id; });
+      if (it == m.live.end()) {
+        m.live.push_back({r.id, r.q});
+        m.next_id = std::max(m.next_id, r.id + 1);
+      } else {
+        it->second += r.q;
+      }
+    }
+    m.last_T = size(m, Ta);
+    m.captured.insert(m.last_T);
+    m.tokens += Ta;
+  }
+  void run(const Model& m, Sut& sut) const override {
+    const std::vector<StepRequest> reqs = requests(m);
+    const int T = size(m, real_tokens(reqs));
+    const StepInput in = sut.builder.step(reqs, T, Poison::nan);
+    const StepTrace a = sut.eager.step(in);
+    const StepTrace b = sut.planned.run(sut.plan, in);
+    if (const std::string d = gpu::first_difference(sut.cfg, {a}, {b}); !d.empty())
+      RC_FAIL("plan " + sut.plan.name + " differs from eager: " + d);
+    RC_ASSERT(sut.planned.capture_count() ==
+              static_cast<int>(m.captured.size() + (m.captured.count(T) ? 0 : 1)));
+    sut.steps.push_back(in);
+    sut.traces.push_back(a);
+  }
+};
+
+/// A new request prefills q tokens while every live request decodes one.
+struct Admit : StepCommand {
+  int q;
+  explicit Admit(const Model& m) : q(*rc::gen::inRange(1, 33)) { RC_PRE(m.live.size() < 5u); }
+  std::vector<StepRequest> requests(const Model& m) const override {
+    std::vector<StepRequest> r;
+    for (const auto& [id, ctx] : m.live) r.push_back({id, 1});
+    r.push_back({m.next_id, q});
+    return r;
+  }
+  void show(std::ostream& os) const override { os << "Admit(q " << q << ")"; }
+};
+
+/// Every live request decodes one token.
+struct Decode : StepCommand {
+  explicit Decode(const Model& m) { RC_PRE(!m.live.empty()); }
+  std::vector<StepRequest> requests(const Model& m) const override {
+    std::vector<StepRequest> r;
+    for (const auto& [id, ctx] : m.live) r.push_back({id, 1});
+    return r;
+  }
+  void show(std::ostream& os) const override { os << "Decode"; }
+};
+
+/// One live request extends its context by a chunk (contexts grow past K).
+struct Grow : StepCommand {
+  std::size_t which;
+  int chunk;
+  explicit Grow(const Model& m)
+      : which(*rc::gen::inRange<std::size_t>(0, std::max<std::size_t>(m.live.size(), 1))),
+        chunk(*rc::gen::inRange(8, 41)) {
+    RC_PRE(!m.live.empty());
+  }
+  void checkPreconditions(const Model& m) const override {
+    RC_PRE(which < m.live.size());
+    StepCommand::checkPreconditions(m);
+  }
+  std::vector<StepRequest> requests(const Model& m) const override {
+    if (which >= m.live.size()) return {};
+    return {{m.live[which].first, chunk}};
+  }
+  void show(std::ostream& os) const override { os << "Grow(#" << which << " by " << chunk << ")"; }
+};
+
+/// The first k live requests decode, padded to the previous step's capture size: a different
+/// T_a under the same T.
+struct SameSizeFewerTokens : StepCommand {
+  std::size_t k;
+  explicit SameSizeFewerTokens(const Model& m)
+      : k(*rc::gen::inRange<std::size_t>(1, std::max<std::size_t>(m.live.size(), 1) + 1)) {
+    RC_PRE(m.last_T > 0 && !m.live.empty());
+  }
+  void checkPreconditions(const Model& m) const override {
+    RC_PRE(m.last_T > 0 && k <= m.live.size());
+    StepCommand::checkPreconditions(m);
+  }
+  int size(const Model& m, int) const override { return m.last_T; }
+  std::vector<StepRequest> requests(const Model& m) const override {
+    std::vector<StepRequest> r;
+    for (std::size_t i = 0; i < k && i < m.live.size(); ++i) r.push_back({m.live[i].first, 1});
+    return r;
+  }
+  void show(std::ostream& os) const override { os << "SameSizeFewerTokens(" << k << ")"; }
+};
+
+/// A live request finishes: its blocks go back to the pool for later requests.
+struct Finish : Command {
+  std::size_t which;
+  explicit Finish(const Model& m)
+      : which(*rc::gen::inRange<std::size_t>(0, std::max<std::size_t>(m.live.size(), 1))) {
+    RC_PRE(!m.live.empty());
+  }
+  void checkPreconditions(const Model& m) const override { RC_PRE(which < m.live.size()); }
+  void apply(Model& m) const override { m.live.erase(m.live.begin() + which); }
+  void run(const Model& m, Sut& sut) const override { sut.builder.finish(m.live[which].first); }
+  void show(std::ostream& os) const override { os << "Finish(#" << which << ")"; }
+};
+
+/// Captures (or recaptures) the plan at a capture size; later steps of that size replay it.
+struct Capture : Command {
+  int T;
+  explicit Capture(const Model&) : T(*rc::gen::elementOf(sizes())) {}
+  void apply(Model& m) const override { m.captured.insert(T); }
+  void run(const Model& m, Sut& sut) const override {
+    sut.planned.capture(sut.plan, T);
+    RC_ASSERT(sut.planned.capture_count() ==
+              static_cast<int>(m.captured.size() + (m.captured.count(T) ? 0 : 1)));
+  }
+  void show(std::ostream& os) const override { os << "Capture(T " << T << ")"; }
+};
+
+TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
+  DSV32_REQUIRE_GPU();
+  const bool ok = rc::check("capture / replay / add / finish / grow / change T_a / recapture", [] {
+    const Config cfg = *gen::config();
+    const std::string plan = *rc::gen::elementOf(kCapturePlans);
+    Sut sut(cfg, plan);
+    const Model m0;
+    const auto cmds = *rc::gen::resize(
+        30, rc::state::gen::commands(m0, rc::state::gen::execOneOfWithArgs<
+                                             Admit, Admit, Decode, Grow, SameSizeFewerTokens,
+                                             Finish, Capture>()));
+    rc::state::runAll(cmds, m0, sut);
+    RC_LOG() << "plan " << plan << ", " << sut.steps.size() << " steps\n";
+    if (sut.steps.empty()) return;
+    // The oracle as the model of the values: the whole eager run (equal to the plan's bits,
+    // checked step by step above) within TESTING.md's gates.
+    const gpu::Judgement j = gpu::judge(cfg, sut.w, sut.num_blocks, sut.steps, sut.traces);
+    RC_ASSERT(j.stages > 0);
+    if (!j.failures.empty()) RC_FAIL(j.failures.front());
+  });
+  EXPECT_TRUE(ok);
+}
+
+}  // namespace
+}  // namespace dsv32
