@@ -69,9 +69,13 @@ TEST(GpuPlanProperty, EveryPlanGivesEagerBitsAndEagerMatchesTheOracle) {
     const std::vector<StepInput> steps =
         batch_steps(cfg, num_blocks, reqs, gpu::capture_sizes(256), up, poison);
     const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 41));
-    const std::string bad = testing::check_plans(cfg, w, num_blocks, steps, {plan});
+    std::string unjudgeable;
+    const std::string bad = testing::check_plans(cfg, w, num_blocks, steps, {plan}, &unjudgeable);
     RC_LOG() << "plan " << plan << ", " << steps.size() << " steps\n";
     if (!bad.empty()) RC_FAIL(bad);
+    // Bitwise equality held; the oracle cannot judge this scenario (TOLERANCES.md): discarded,
+    // and RapidCheck fails the property if that happens too often.
+    RC_PRE(unjudgeable.empty());
   });
   EXPECT_TRUE(ok);
 }
@@ -270,7 +274,9 @@ TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
     // checked step by step above) within TESTING.md's gates.
     const gpu::Judgement j = gpu::judge(cfg, sut.w, sut.num_blocks, sut.steps, sut.traces);
     RC_ASSERT(j.stages > 0);
-    if (!j.failures.empty()) RC_FAIL(j.failures.front());
+    if (!j.failures.empty() && j.vacuous < static_cast<int>(j.failures.size()))
+      RC_FAIL(j.failures.front());
+    RC_PRE(j.failures.empty());  // only vacuous gates: unjudgeable by the oracle, discarded
   });
   EXPECT_TRUE(ok);
 }

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,9 @@ struct Options {
   std::vector<int> decode = {1, 8, 64};
   int repeats = 20;
   std::string json;
+  bool per_op = false;
+  std::vector<std::string> per_op_presets = {"dsv32", "dsv32-tp4"};
+  std::vector<int> per_op_tokens = {1, 8, 64, 512};
 };
 
 #if DSV32_HAVE_CUDA
@@ -45,12 +49,129 @@ StepInput decode_step(const Config& cfg, int n, int ctx, int num_blocks) {
 }
 #endif
 
+#if DSV32_HAVE_CUDA
+/// One prefill chunk of `q` tokens extending a request with `ctx` cached tokens.
+StepInput chunk_step(const Config& cfg, int q, int ctx, int num_blocks) {
+  StepInput in;
+  RequestStep rs{0, ctx, q, {}};
+  for (int b = 0; b < (ctx + q + cfg.block_size - 1) / cfg.block_size; ++b)
+    rs.block_table.push_back(b);
+  in.requests.push_back(rs);
+  const rng::Stream s(4, "bench-gpu/hidden");
+  in.hidden.resize(q, cfg.hidden_size);
+  for (Eigen::Index i = 0; i < in.hidden.size(); ++i)
+    in.hidden.data()[i] = round_bf16(s.symmetric(i));
+  in.derive(cfg, num_blocks);
+  return in;
+}
+
+/// Bytes an op must move at least (weights once, activations in and out, the cache entries it
+/// reads), in bf16 storage: the numerator of its bandwidth floor.
+double op_bytes(const Config& c, const std::string& op, const StepInput& in) {
+  const double T = in.capture_size, D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank,
+               L = c.kv_lora_rank, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim,
+               dv = c.v_head_dim, HI = c.index_n_heads, dI = c.index_head_dim,
+               K = c.index_topk, dq = dn + dr, A = Rq + L + dr;
+  double keys = 0, selected = 0;  // distinct cache rows the indexer and attention read
+  for (const RequestStep& r : in.requests) {
+    keys += r.seq_len();
+    selected += std::min<double>(r.seq_len(), r.q * K);
+  }
+  double elems = 0, bytes = 0;
+  if (op == "input_norm") elems = 2 * T * D + D;
+  else if (op == "qkv_a_proj") elems = A * D + T * (D + A);
+  else if (op == "indexer_wk_proj") elems = (dI + HI) * D + T * (D + dI + HI);
+  else if (op == "norm_rope_cache") elems = T * (A + Rq + L + dr + 2 * dI + HI), bytes = T * dI;
+  else if (op == "q_b_proj") elems = H * dq * Rq + T * (Rq + H * dq);
+  else if (op == "uk_absorb") elems = H * dn * L + T * H * (dq + L);
+  else if (op == "indexer_wq_b") elems = HI * dI * Rq + T * (Rq + HI * dI);
+  else if (op == "fused_q") elems = T * H * (dq + dr) + T * HI * dI, bytes = T * HI * (dI + 8);
+  else if (op == "indexer_topk") bytes = keys * (dI + 4) + T * HI * (dI + 4) + T * K * 4;
+  else if (op == "sparse_mqa") elems = selected * (L + dr) + T * H * (2 * L + dr);
+  else if (op == "uv_proj" || op == "uv_proj_static") elems = H * dv * L + T * H * (L + dv);
+  else if (op == "latent_copy") elems = 2 * T * H * L;
+  else if (op == "o_proj") elems = D * H * dv + T * (H * dv + D);
+  else if (op == "residual_add") elems = 3 * T * D;
+  return 2 * elems + bytes;
+}
+
+/// Per-op times of one F layer at full sizes against each op's bandwidth floor.
+int run_per_op(const Options& o) {
+  const double gbs = gpu::copy_bandwidth_gbs();
+  fmt::print("bench-gpu --per-op: one F layer, context {}, {} runs per op, {}\n", o.context,
+             o.repeats, gpu::device_summary());
+  fmt::print("copy bandwidth {:.0f} GB/s (read + write, measured now): the floor's rate\n", gbs);
+  nlohmann::json out{{"context", o.context}, {"copy_gbs", gbs}};
+  for (const std::string& name : o.per_op_presets) {
+    Config cfg = preset(name);
+    cfg.num_layers = 1;
+    cfg.index_topk_pattern = "F";
+    cfg.validate();
+    const Weights w = Weights::generate(cfg, 1);
+    std::vector<std::string> ops;
+    std::map<int, std::vector<std::pair<std::string, double>>> times;
+    std::map<int, std::map<std::string, double>> floors;
+    std::map<int, double> layer_ms;
+    for (int T : o.per_op_tokens) {
+      // Decode batches up to 64 requests; larger T: one prefill chunk at the same context.
+      const bool decode = T <= 64;
+      const int per = (o.context + T + cfg.block_size) / cfg.block_size;
+      const int blocks = decode ? T * per : per;
+      const StepInput in = decode ? decode_step(cfg, T, o.context, blocks)
+                                  : chunk_step(cfg, T, o.context, blocks);
+      gpu::Stack stack(cfg, w, blocks, T);
+      stack.synthesize_context(in);
+      times[T] = stack.time_ops(in, o.repeats);
+      layer_ms[T] = stack.time_step(gpu::plan_preset("eager", cfg), in, o.repeats);
+      for (const auto& [op, ms] : times[T]) {
+        floors[T][op] = op_bytes(cfg, op, in) / (gbs * 1e9) * 1e3;
+        if (ops.size() < times[T].size()) ops.push_back(op);
+      }
+      fmt::print(stderr, "  {} T={} done\n", name, T);
+    }
+    fmt::print("\n{} (H = {}): us per op (x its floor); T <= 64 decode, larger T one prefill "
+               "chunk\n{:<16}",
+               name, cfg.num_heads, "op");
+    for (int T : o.per_op_tokens) fmt::print(" {:>20}", fmt::format("T={}", T));
+    fmt::print("\n");
+    nlohmann::json pj;
+    const auto cell = [](double ms, double floor) {
+      return fmt::format("{:9.1f} ({:7.1f}x)", ms * 1e3, ms / floor);
+    };
+    for (const std::string& op : ops) {
+      fmt::print("{:<16}", op);
+      for (int T : o.per_op_tokens) {
+        double ms = 0;
+        for (const auto& [n, v] : times[T])
+          if (n == op) ms = v;
+        fmt::print(" {:>20}", cell(ms, floors[T][op]));
+        pj["ops"][op][std::to_string(T)] = {{"ms", ms}, {"floor_ms", floors[T][op]}};
+      }
+      fmt::print("\n");
+    }
+    fmt::print("{:<16}", "layer (eager)");
+    for (int T : o.per_op_tokens) {
+      double floor = 0;  // the eager plan's ops: no copy form
+      for (const auto& [op, f] : floors[T])
+        if (op != "latent_copy" && op != "uv_proj_static") floor += f;
+      fmt::print(" {:>20}", cell(layer_ms[T], floor));
+      pj["layer"][std::to_string(T)] = {{"ms", layer_ms[T]}, {"floor_ms", floor}};
+    }
+    fmt::print("\n");
+    out["presets"][name] = pj;
+  }
+  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  return kExitPass;
+}
+#endif
+
 int run(const Options& o) {
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_device_reason(); !why.empty()) {
     fmt::print(stderr, "dsv32 bench-gpu: {}\n", why);
     return kExitUsage;
   }
+  if (o.per_op) return run_per_op(o);
   Config cfg = preset(o.preset);
   cfg.num_layers = o.layers;
   cfg.index_topk_pattern = std::string(1, 'F') + std::string(o.layers - 1, 'F');
@@ -108,6 +229,12 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
   sub->add_option("--decode", o->decode, "Decode batch sizes")->capture_default_str();
   sub->add_option("--repeats", o->repeats, "Timed replays per cell")->check(CLI::PositiveNumber);
   sub->add_option("--json", o->json, "Also write the results as JSON");
+  sub->add_flag("--per-op", o->per_op,
+                "Per-op times of one F layer against bandwidth floors (--context, --repeats)");
+  sub->add_option("--per-op-presets", o->per_op_presets, "Presets of --per-op")
+      ->capture_default_str();
+  sub->add_option("--per-op-tokens", o->per_op_tokens, "Token counts of --per-op")
+      ->capture_default_str();
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

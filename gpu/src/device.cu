@@ -59,6 +59,26 @@ std::string device_summary() {
          std::to_string(static_cast<int>(gib * 10 + 0.5) % 10) + " GiB)";
 }
 
+double copy_bandwidth_gbs(std::size_t bytes, int repeats) {
+  using detail::check;
+  detail::DeviceBuffer<std::uint8_t> a(bytes), b(bytes);
+  check(cudaMemset(a.get(), 1, bytes), "bandwidth probe");
+  check(cudaMemcpy(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice), "bandwidth probe");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "bandwidth probe");
+  check(cudaEventCreate(&e1), "bandwidth probe");
+  check(cudaEventRecord(e0), "bandwidth probe");
+  for (int i = 0; i < repeats; ++i)
+    check(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice), "bandwidth probe");
+  check(cudaEventRecord(e1), "bandwidth probe");
+  check(cudaEventSynchronize(e1), "bandwidth probe");
+  float ms = 0.f;
+  check(cudaEventElapsedTime(&ms, e0, e1), "bandwidth probe");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 2.0 * static_cast<double>(bytes) * repeats / (static_cast<double>(ms) * 1e-3) / 1e9;
+}
+
 std::vector<std::uint16_t> device_bf16_bits(const std::vector<float>& xs) {
   return convert<std::uint16_t>(xs, bf16_kernel, "bf16 conversion kernel");
 }

@@ -53,6 +53,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
   for (const StageDiff& d : diff_traces(cfg, gpu, want0, want1)) {
     ++j.stages;
     if (!d.result.pass) {
+      j.vacuous += d.result.vacuous ? 1 : 0;
       j.failures.push_back(d.where() + " (op " + std::string(stage_op(d.stage)) +
                            "): " + d.result.summary());
       continue;

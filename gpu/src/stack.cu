@@ -83,6 +83,8 @@ struct Stack::Impl {
   virtual void synthesize_context(const StepInput& in) = 0;
   virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
   virtual int capture_count() const = 0;
+  virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
+                                                               int repeats) = 0;
   Config cfg;
 };
 
@@ -216,6 +218,32 @@ class StackImpl final : public Stack::Impl {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     return ms / repeats;
+  }
+
+  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
+                                                       int repeats) override {
+    const Plan eager = plan_preset("eager", cfg);
+    run(eager, in, false);
+    upload_step(in);
+    std::vector<std::string> ops = eager.ops(cfg, 0);
+    ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "event");
+    check(cudaEventCreate(&b), "event");
+    std::vector<std::pair<std::string, double>> out;
+    for (const std::string& op : ops) {
+      run_op(0, op);  // warm-up
+      check(cudaEventRecord(a, stream_), "event");
+      for (int i = 0; i < repeats; ++i) run_op(0, op);
+      check(cudaEventRecord(b, stream_), "event");
+      check(cudaEventSynchronize(b), ("time op " + op).c_str());
+      float ms = 0.f;
+      check(cudaEventElapsedTime(&ms, a, b), "event");
+      out.emplace_back(op, static_cast<double>(ms) / repeats);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return out;
   }
 
   std::vector<double> residual(int T) override {
@@ -641,6 +669,10 @@ void Stack::synthesize_context(const StepInput& in) {
 
 double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
   return impl_->time_step(plan, in, repeats);
+}
+
+std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats) {
+  return impl_->time_ops(in, repeats);
 }
 
 int Stack::capture_count() const {

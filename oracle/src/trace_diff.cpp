@@ -81,11 +81,16 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
                                    const std::vector<StepTrace>& t0,
                                    const std::vector<StepTrace>& t1) {
   std::vector<StageDiff> out;
-  const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1) {
+  // layer: the stage's layer, -1 for the step's output.
+  const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1, int layer) {
     if (cfg.precision == Precision::fp32) return compare_fp32(g, x0, longest_dot(cfg));
-    // Under an fp8 latent cache, c and what attention makes of it resolve to e4m3 quanta.
+    // Under an fp8 latent cache, c and everything computed from it resolve to e4m3 quanta:
+    // attention's outputs and what follows them in the layer, and every stage of later layers
+    // (the residual stream carries them on).
     const bool fp8_limited =
-        cfg.kv_cache == KvCache::fp8_ds_mla && (x0.name == "c" || x0.name == "olat");
+        cfg.kv_cache == KvCache::fp8_ds_mla &&
+        (layer != 0 || x0.name == "c" || x0.name == "olat" || x0.name == "lse" ||
+         x0.name == "o" || x0.name == "y");
     return compare_bf16(g, x0, x1, storage_dtype(cfg, x0.name),
                         fp8_limited ? DType::float8_e4m3fn : DType::bfloat16);
   };
@@ -106,7 +111,7 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
           d.result = compare_topk(*got, *want);
         } else if (name == "omega") {
           d.result = gate(per_scale(*got, a.at("qI_scale")), per_scale(*want, b.at("qI_scale")),
-                          per_scale(e.at(name), e.at("qI_scale")));
+                          per_scale(e.at(name), e.at("qI_scale")), l);
         } else if (name == "qI8" || name == "kI8") {
           const std::string sc = name == "qI8" ? "qI_scale" : "kI_scale";
           const std::int64_t block = want->shape.back();
@@ -115,13 +120,13 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
           d.result = compare_quantized(*got, a.at(sc), *want, b.at(sc), block, &e.at(name),
                                        &e.at(sc), boundary);
         } else {
-          d.result = gate(*got, *want, e.at(name));
+          d.result = gate(*got, *want, e.at(name), l);
         }
         out.push_back(std::move(d));
       }
     }
     StageDiff d{static_cast<int>(s), -1, "output",
-                gate(cand[s].output, t0[s].output, t1[s].output)};
+                gate(cand[s].output, t0[s].output, t1[s].output, -1)};
     out.push_back(std::move(d));
   }
   if (cand.size() != t0.size()) {

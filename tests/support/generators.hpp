@@ -25,6 +25,10 @@ inline void showValue(const Config& c, std::ostream& os) {
      << "}";
 }
 
+inline void showValue(Poison p, std::ostream& os) {
+  os << (p == Poison::nan ? "Poison::nan" : p == Poison::huge ? "Poison::huge" : "Poison::zeros");
+}
+
 namespace gen {
 
 /// Small configs with every switch of MATH.md drawn at random; `layers` fixes the depth (0: 1..3).

@@ -1,6 +1,7 @@
 // Device discovery and CUDA error handling. Host-only header: no CUDA headers leak out.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,10 @@ struct CudaError : std::runtime_error {
 std::string no_device_reason();
 /// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for device 0; throws CudaError without a device.
 std::string device_summary();
+
+/// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written per second), from
+/// `repeats` copies of `bytes` timed with CUDA events: the rate a bandwidth floor assumes.
+double copy_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int repeats = 10);
 
 /// bf16 bit patterns of xs as the device's __float2bfloat16_rn computes them.
 std::vector<std::uint16_t> device_bf16_bits(const std::vector<float>& xs);

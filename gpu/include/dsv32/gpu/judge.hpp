@@ -16,6 +16,9 @@ struct Judgement {
   double worst = 0.0;                 // max over gated stages of max_err / tol
   std::string worst_where;
   int stages = 0;  // stages compared
+  // Failures that are refusals of a vacuous gate: the oracle's own T1 - T0 spread is too wide
+  // to judge that stage by (a property of the scenario, whatever the GPU computed).
+  int vacuous = 0;
   int topk_rows = 0;
 };
 

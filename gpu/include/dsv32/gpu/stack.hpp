@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dsv32/gpu/graph.hpp"
@@ -45,6 +46,10 @@ class Stack {
   /// Mean milliseconds of one step under `plan` over `repeats` timed runs (CUDA events, after a
   /// warm-up run that also captures).
   double time_step(const Plan& plan, const StepInput& in, int repeats);
+  /// Mean milliseconds of each op of layer 0 run `repeats` times back to back in isolation after
+  /// one eager run of the step (every buffer then holds the step's values): the ops of the
+  /// `eager` plan, then `latent_copy` and `uv_proj_static`.
+  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats);
   /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
   std::vector<double> residual(int T);
 
