@@ -62,6 +62,7 @@ class GraphTest : public ::testing::Test {
   void set(unsigned* p, unsigned v) {
     std::vector<unsigned> h(n_, v);
     ok(cudaMemcpy(p, h.data(), n_ * sizeof(unsigned), cudaMemcpyHostToDevice));
+    ok(cudaDeviceSynchronize());  // a pageable H2D copy may return before its DMA lands
   }
   /// Every element of p, after the stream drains; they must all agree.
   unsigned get(unsigned* p) {

@@ -318,76 +318,166 @@ __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, 
 
 /// sparse_mqa: per (token, head), softmax over the selected set of sigma * [ql; qR] . [c; kR]
 /// read from the cache; P rounded to S before P.V; olat = S(sum P c / l), lse = m + log l
-/// (natural log). A row with no valid index gives olat = 0 and lse = -inf. Grid (T_a, H).
-template <class S>
-__global__ void sparse_mqa(Dims d, Meta m, const S* ql, const S* qR, KvCache<S> cache,
-                           const int* topk, S* olat, float* lse) {
-  extern __shared__ long long smem_ll[];
-  long long* slot = smem_ll;                        // K
-  float* q = reinterpret_cast<float*>(slot + d.K);  // L + dr
-  float* z = q + d.L + d.dr;                        // K
-  float* sh = z + d.K;                              // 32
-  const int t = blockIdx.x, h = blockIdx.y, r = m.request_of_token[t];
-  for (int i = threadIdx.x; i < d.L; i += blockDim.x)
-    q[i] = ld(ql[(static_cast<long long>(t) * d.H + h) * d.L + i]);
-  for (int i = threadIdx.x; i < d.dr; i += blockDim.x)
-    q[d.L + i] = ld(qR[(static_cast<long long>(t) * d.H + h) * d.dr + i]);
-  for (int k = threadIdx.x; k < d.K; k += blockDim.x) {
-    const int j = topk[static_cast<long long>(t) * d.K + k];
-    slot[k] = j >= 0 ? slot_of(d, m, r, j) : -1;
-  }
-  __syncthreads();
-  float zmax = -FLT_MAX;
-  int valid = 0;
-  for (int k = threadIdx.x; k < d.K; k += blockDim.x) {
-    if (slot[k] < 0) {
-      z[k] = -INFINITY;
-      continue;
-    }
-    ++valid;
-    float dot = 0.f;
-    for (int i = 0; i < d.L; ++i) dot = fmaf(q[i], latent_at(d, cache, slot[k], i), dot);
-    for (int i = 0; i < d.dr; ++i) dot = fmaf(q[d.L + i], ld(cache.rope[slot[k] * d.dr + i]), dot);
-    z[k] = dot * d.sigma;
-    zmax = fmaxf(zmax, z[k]);
-  }
-  const float any = block_sum(static_cast<float>(valid), sh);
-  S* o = olat + (static_cast<long long>(t) * d.H + h) * d.L;
-  if (any == 0.f) {
-    for (int i = threadIdx.x; i < d.L; i += blockDim.x) o[i] = st<S>(0.f);
-    if (threadIdx.x == 0) lse[static_cast<long long>(t) * d.H + h] = -INFINITY;
-    return;
-  }
-  const float mx = block_max(zmax, sh);
-  float part = 0.f;
-  for (int k = threadIdx.x; k < d.K; k += blockDim.x) {
-    const float p = slot[k] >= 0 ? expf(z[k] - mx) : 0.f;
-    part += p;
-    z[k] = rnd<S>(p);  // P in the storage precision before P.V
-  }
-  const float l = block_sum(part, sh);
-  __syncthreads();
-  for (int i = threadIdx.x; i < d.L; i += blockDim.x) {
-    float acc = 0.f;
-    for (int k = 0; k < d.K; ++k)
-      if (slot[k] >= 0) acc = fmaf(z[k], latent_at(d, cache, slot[k], i), acc);
-    o[i] = st<S>(acc / l);
-  }
-  if (threadIdx.x == 0) lse[static_cast<long long>(t) * d.H + h] = mx + logf(l);
+/// (natural log). A row with no valid index gives olat = 0 and lse = -inf.
+///
+/// One block (256 threads) per (token, group of `hb` heads): the selected keys are staged
+/// through shared memory in tiles of kMqaTile rows and read once per group, not once per head.
+/// Every result is computed in an order that depends on neither hb nor the tile size: a score
+/// is one thread's sequential dot over [c; kR]; a head's sum l is one warp's lane-strided
+/// partial sums combined by a fixed shuffle tree; an output is one thread's sequential sum over
+/// the selected keys in order. Grid (T_a, ceil(H / hb)); shared memory: mqa_smem_bytes.
+constexpr int kMqaTile = 32;
+constexpr int kMqaThreads = 256;
+
+__host__ __device__ inline std::size_t mqa_smem_bytes(const Dims& d, int hb) {
+  const std::size_t w = static_cast<std::size_t>(d.L + d.dr);
+  return d.K * sizeof(long long) + sizeof(float) * (hb * w + hb * static_cast<std::size_t>(d.K) +
+                                                    kMqaTile * (w + 1) + hb * d.L + 2 * hb);
 }
 
-/// uv_proj / uv_proj_static: o[t, h, e] = S(sum_i olat[t, h, i] W_UV[h][e][i]) in a fixed
-/// order, so a row's result does not depend on how many rows run (the no-copy form runs T_a
-/// rows, the copy form T: both must agree bitwise). Grid (rows, H), threads over e.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 template <class S>
-__global__ void uv_bmm(Dims d, const S* olat, const S* w_kv_b, S* o) {
-  const int t = blockIdx.x, h = blockIdx.y;
-  const S* x = olat + (static_cast<long long>(t) * d.H + h) * d.L;
-  for (int e = threadIdx.x; e < d.dv; e += blockDim.x) {
-    const S* w = w_kv_b + (static_cast<long long>(h) * (d.dn + d.dv) + d.dn + e) * d.L;
-    float acc = 0.f;
-    for (int i = 0; i < d.L; ++i) acc = fmaf(ld(x[i]), ld(w[i]), acc);
-    o[(static_cast<long long>(t) * d.H + h) * d.dv + e] = st<S>(acc);
+__global__ void __launch_bounds__(kMqaThreads)
+    sparse_mqa(Dims d, Meta m, const S* ql, const S* qR, KvCache<S> cache, const int* topk,
+               S* olat, float* lse, int hb) {
+  extern __shared__ long long smem_ll[];
+  const int W = d.L + d.dr, TW = W + 1;  // tile rows padded: no bank conflicts across rows
+  long long* slot = smem_ll;                        // K
+  float* q = reinterpret_cast<float*>(slot + d.K);  // hb x W
+  float* z = q + hb * W;                            // hb x K: scores, then P
+  float* tile = z + static_cast<long long>(hb) * d.K;  // kMqaTile x TW
+  float* acc = tile + kMqaTile * TW;                // hb x L
+  float* ml = acc + hb * d.L;                       // hb maxima, hb sums
+  const int t = blockIdx.x, h0 = blockIdx.y * hb, r = m.request_of_token[t];
+  const int nh = min(hb, d.H - h0), tid = threadIdx.x;
+  for (int x = tid; x < nh * W; x += blockDim.x) {
+    const int h = h0 + x / W, i = x % W;
+    q[x] = i < d.L ? ld(ql[(static_cast<long long>(t) * d.H + h) * d.L + i])
+                   : ld(qR[(static_cast<long long>(t) * d.H + h) * d.dr + (i - d.L)]);
+  }
+  int valid = 0;
+  for (int k = tid; k < d.K; k += blockDim.x) {
+    const int j = topk[static_cast<long long>(t) * d.K + k];
+    slot[k] = j >= 0 ? slot_of(d, m, r, j) : -1;
+    valid += j >= 0;
+  }
+  for (int x = tid; x < nh * d.L; x += blockDim.x) acc[x] = 0.f;
+  const int any = __syncthreads_or(valid);
+  if (!any) {
+    for (int x = tid; x < nh * d.L; x += blockDim.x)
+      olat[(static_cast<long long>(t) * d.H + h0) * d.L + x] = st<S>(0.f);
+    if (tid < nh) lse[static_cast<long long>(t) * d.H + h0 + tid] = -INFINITY;
+    return;
+  }
+  // Scores, a tile of keys at a time.
+  for (int k0 = 0; k0 < d.K; k0 += kMqaTile) {
+    const int nk = min(kMqaTile, d.K - k0);
+    for (int x = tid; x < nk * W; x += blockDim.x) {
+      const int kk = x / W, i = x % W;
+      const long long sl = slot[k0 + kk];
+      tile[kk * TW + i] = sl < 0 ? 0.f
+                          : i < d.L ? latent_at(d, cache, sl, i)
+                                    : ld(cache.rope[sl * d.dr + (i - d.L)]);
+    }
+    __syncthreads();
+    for (int x = tid; x < nh * nk; x += blockDim.x) {
+      const int h = x / nk, kk = x % nk;
+      const float* qh = q + h * W;
+      const float* key = tile + kk * TW;
+      float dot = 0.f;
+      for (int i = 0; i < W; ++i) dot = fmaf(qh[i], key[i], dot);
+      z[static_cast<long long>(h) * d.K + k0 + kk] =
+          slot[k0 + kk] >= 0 ? dot * d.sigma : -INFINITY;
+    }
+    __syncthreads();
+  }
+  // Softmax statistics: warp w handles heads w, w + 8, ...
+  const int warp = tid / 32, lane = tid % 32;
+  for (int h = warp; h < nh; h += blockDim.x / 32) {
+    float* zh = z + static_cast<long long>(h) * d.K;
+    float mx = -FLT_MAX;
+    for (int k = lane; k < d.K; k += 32)
+      if (slot[k] >= 0) mx = fmaxf(mx, zh[k]);
+    mx = warp_max(mx);
+    float part = 0.f;
+    for (int k = lane; k < d.K; k += 32) {
+      const float p = slot[k] >= 0 ? expf(zh[k] - mx) : 0.f;
+      part += p;
+      zh[k] = rnd<S>(p);  // P in the storage precision before P.V
+    }
+    const float l = warp_sum(part);
+    if (lane == 0) ml[h] = mx, ml[hb + h] = l;
+  }
+  __syncthreads();
+  // P.V over the latent, a tile of keys at a time; each thread owns fixed outputs.
+  for (int k0 = 0; k0 < d.K; k0 += kMqaTile) {
+    const int nk = min(kMqaTile, d.K - k0);
+    for (int x = tid; x < nk * d.L; x += blockDim.x) {
+      const int kk = x / d.L, i = x % d.L;
+      const long long sl = slot[k0 + kk];
+      tile[kk * TW + i] = sl < 0 ? 0.f : latent_at(d, cache, sl, i);
+    }
+    __syncthreads();
+    for (int x = tid; x < nh * d.L; x += blockDim.x) {
+      const int h = x / d.L, i = x % d.L;
+      const float* ph = z + static_cast<long long>(h) * d.K + k0;
+      float a = acc[x];
+      for (int kk = 0; kk < nk; ++kk)
+        if (slot[k0 + kk] >= 0) a = fmaf(ph[kk], tile[kk * TW + i], a);
+      acc[x] = a;
+    }
+    __syncthreads();
+  }
+  for (int x = tid; x < nh * d.L; x += blockDim.x)
+    olat[(static_cast<long long>(t) * d.H + h0) * d.L + x] = st<S>(acc[x] / ml[hb + x / d.L]);
+  if (tid < nh) lse[static_cast<long long>(t) * d.H + h0 + tid] = ml[tid] + logf(ml[hb + tid]);
+}
+
+/// uv_proj / uv_proj_static: o[t, h, e] = S(sum_i olat[t, h, i] W_UV[h][e][i]), each output one
+/// thread's sequential sum over i in ascending order, so a row's result does not depend on how
+/// many rows run (the no-copy form runs T_a rows, the copy form T: both must agree bitwise).
+/// A block serves kUvRows rows of one head, staging W_UV[h] and the rows' latents through
+/// shared memory in chunks of kUvChunk latent columns. Grid (ceil(rows / kUvRows), H), 128
+/// threads.
+constexpr int kUvRows = 16;
+constexpr int kUvChunk = 64;
+constexpr int kUvThreads = 128;
+
+template <class S>
+__global__ void __launch_bounds__(kUvThreads)
+    uv_bmm(Dims d, int rows, const S* olat, const S* w_kv_b, S* o) {
+  __shared__ float ws[kUvThreads][kUvChunk + 1];
+  __shared__ float xs[kUvRows][kUvChunk];
+  const int t0 = blockIdx.x * kUvRows, h = blockIdx.y, nt = min(kUvRows, rows - t0);
+  const S* wh = w_kv_b + static_cast<long long>(h) * (d.dn + d.dv) * d.L + static_cast<long long>(d.dn) * d.L;
+  for (int e0 = 0; e0 < d.dv; e0 += kUvThreads) {
+    const int ne = min(kUvThreads, d.dv - e0), e = e0 + threadIdx.x;
+    float acc[kUvRows];
+    for (int r = 0; r < kUvRows; ++r) acc[r] = 0.f;
+    for (int i0 = 0; i0 < d.L; i0 += kUvChunk) {
+      const int ni = min(kUvChunk, d.L - i0);
+      __syncthreads();
+      for (int x = threadIdx.x; x < ne * ni; x += blockDim.x)
+        ws[x / ni][x % ni] = ld(wh[static_cast<long long>(e0 + x / ni) * d.L + i0 + x % ni]);
+      for (int x = threadIdx.x; x < nt * ni; x += blockDim.x)
+        xs[x / ni][x % ni] =
+            ld(olat[(static_cast<long long>(t0 + x / ni) * d.H + h) * d.L + i0 + x % ni]);
+      __syncthreads();
+      if (threadIdx.x < ne)
+        for (int r = 0; r < nt; ++r)
+          for (int i = 0; i < ni; ++i) acc[r] = fmaf(xs[r][i], ws[threadIdx.x][i], acc[r]);
+    }
+    if (threadIdx.x < ne)
+      for (int r = 0; r < nt; ++r)
+        o[(static_cast<long long>(t0 + r) * d.H + h) * d.dv + e] = st<S>(acc[r]);
   }
 }
 

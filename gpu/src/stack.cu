@@ -142,6 +142,24 @@ class StackImpl final : public Stack::Impl {
     max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
     scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
     grow_rope(max_len_);
+    // sparse_mqa: as many heads per block as fit the opt-in shared memory (results do not
+    // depend on the count).
+    int optin = 0;
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+          "cudaDeviceGetAttribute");
+    T_ = 1;
+    const k::Dims d = dims();
+    mqa_heads_ = std::min(8, cfg.num_heads);
+    while (mqa_heads_ > 1 && k::mqa_smem_bytes(d, mqa_heads_) > static_cast<std::size_t>(optin))
+      mqa_heads_ /= 2;
+    if (k::mqa_smem_bytes(d, mqa_heads_) > static_cast<std::size_t>(optin))
+      throw CudaError("sparse_mqa: index_topk " + std::to_string(cfg.index_topk) + " needs " +
+                      std::to_string(k::mqa_smem_bytes(d, 1)) +
+                      " bytes of shared memory per block; the device allows " +
+                      std::to_string(optin));
+    check(cudaFuncSetAttribute(k::sparse_mqa<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(k::mqa_smem_bytes(d, mqa_heads_))),
+          "sparse_mqa shared memory");
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
@@ -511,9 +529,9 @@ class StackImpl final : public Stack::Impl {
       ring_next_ = (ring_next_ + 1) % ring_.size();
       backend_olat_ = olat;
       if (Ta > 0) {
-        const std::size_t shm = d.K * sizeof(long long) + (L + d.dr + d.K + 32) * sizeof(float);
-        k::sparse_mqa<S><<<dim3(Ta, H), 128, shm, stream_>>>(d, m, w.ql->get(), w.qR->get(), w.kv,
-                                                             topk_->get(), olat, w.lse->get());
+        const dim3 grid(Ta, (H + mqa_heads_ - 1) / mqa_heads_);
+        k::sparse_mqa<S><<<grid, k::kMqaThreads, k::mqa_smem_bytes(d, mqa_heads_), stream_>>>(
+            d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), olat, w.lse->get(), mqa_heads_);
         // Trace copies (not part of the op's contract): this layer's sets and latent.
         check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(),
                               static_cast<std::size_t>(Ta) * d.K * sizeof(int),
@@ -526,8 +544,8 @@ class StackImpl final : public Stack::Impl {
       }
     } else if (op == "uv_proj") {  // no-copy form: backend rows [0, T_a) into o
       if (Ta > 0)
-        k::uv_bmm<S>
-            <<<dim3(Ta, H), 128, 0, stream_>>>(d, backend_olat_, w.w_kv_b->get(), w.o->get());
+        k::uv_bmm<S><<<dim3((Ta + k::kUvRows - 1) / k::kUvRows, H), k::kUvThreads, 0, stream_>>>(
+            d, Ta, backend_olat_, w.w_kv_b->get(), w.o->get());
     } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
       if (Ta > 0)
         check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_,
@@ -535,8 +553,8 @@ class StackImpl final : public Stack::Impl {
                               cudaMemcpyDeviceToDevice, stream_),
               "latent_copy");
     } else if (op == "uv_proj_static") {  // copy form: all T rows of the static latent
-      k::uv_bmm<S>
-          <<<dim3(T, H), 128, 0, stream_>>>(d, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
+      k::uv_bmm<S><<<dim3((T + k::kUvRows - 1) / k::kUvRows, H), k::kUvThreads, 0, stream_>>>(
+          d, T, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
     } else if (op == "o_proj") {
       gemm(w.o->get(), H * d.dv, w.w_o->get(), w.y->get(), d.D, T, d.D, H * d.dv, "o_proj");
     } else if (op == "residual_add") {
@@ -628,7 +646,7 @@ class StackImpl final : public Stack::Impl {
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
-  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1;
+  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, mqa_heads_ = 1;
   std::map<std::pair<std::string, int>, std::unique_ptr<BreakableGraph>> captures_;
 };
 
