@@ -77,13 +77,21 @@ std::int64_t longest_dot(const Config& c) {
                                  c.qk_nope_head_dim, c.index_topk});
 }
 
+std::int64_t fp32_chain_dot(const Config& c, int layer) {
+  const std::int64_t per_layer =
+      2 * std::int64_t{c.hidden_size} + c.q_lora_rank + c.qk_nope_head_dim +
+      std::int64_t{c.index_n_heads} * c.index_head_dim + c.kv_lora_rank + c.qk_rope_head_dim +
+      c.index_topk + c.kv_lora_rank + std::int64_t{c.num_heads} * c.v_head_dim;
+  return per_layer * ((layer < 0 ? c.num_layers - 1 : layer) + 1);
+}
+
 std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrace>& cand,
                                    const std::vector<StepTrace>& t0,
                                    const std::vector<StepTrace>& t1) {
   std::vector<StageDiff> out;
   // layer: the stage's layer, -1 for the step's output.
   const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1, int layer) {
-    if (cfg.precision == Precision::fp32) return compare_fp32(g, x0, longest_dot(cfg));
+    if (cfg.precision == Precision::fp32) return compare_fp32(g, x0, fp32_chain_dot(cfg, layer));
     // Under an fp8 latent cache, c and everything computed from it resolve to e4m3 quanta:
     // attention's outputs and what follows them in the layer, and every stage of later layers
     // (the residual stream carries them on).
