@@ -328,6 +328,7 @@ __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, 
 /// the selected keys in order. Grid (T_a, ceil(H / hb)); shared memory: mqa_smem_bytes.
 constexpr int kMqaTile = 32;
 constexpr int kMqaThreads = 256;
+constexpr int kMqaOut = 8;  // P.V outputs per thread held in registers at once
 
 __host__ __device__ inline std::size_t mqa_smem_bytes(const Dims& d, int hb) {
   const std::size_t w = static_cast<std::size_t>(d.L + d.dr);
@@ -392,8 +393,18 @@ __global__ void __launch_bounds__(kMqaThreads)
       const int h = x / nk, kk = x % nk;
       const float* qh = q + h * W;
       const float* key = tile + kk * TW;
-      float dot = 0.f;
-      for (int i = 0; i < W; ++i) dot = fmaf(qh[i], key[i], dot);
+      // Four interleaved partial sums (i mod 4), combined as (s0 + s1) + (s2 + s3): a fixed
+      // order, with four independent FMA chains in flight.
+      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+      int i = 0;
+      for (; i + 3 < W; i += 4) {
+        s0 = fmaf(qh[i], key[i], s0);
+        s1 = fmaf(qh[i + 1], key[i + 1], s1);
+        s2 = fmaf(qh[i + 2], key[i + 2], s2);
+        s3 = fmaf(qh[i + 3], key[i + 3], s3);
+      }
+      for (; i < W; ++i) s0 = fmaf(qh[i], key[i], s0);
+      const float dot = (s0 + s1) + (s2 + s3);
       z[static_cast<long long>(h) * d.K + k0 + kk] =
           slot[k0 + kk] >= 0 ? dot * d.sigma : -INFINITY;
     }
@@ -426,13 +437,28 @@ __global__ void __launch_bounds__(kMqaThreads)
       tile[kk * TW + i] = sl < 0 ? 0.f : latent_at(d, cache, sl, i);
     }
     __syncthreads();
-    for (int x = tid; x < nh * d.L; x += blockDim.x) {
-      const int h = x / d.L, i = x % d.L;
-      const float* ph = z + static_cast<long long>(h) * d.K + k0;
-      float a = acc[x];
-      for (int kk = 0; kk < nk; ++kk)
-        if (slot[k0 + kk] >= 0) a = fmaf(ph[kk], tile[kk * TW + i], a);
-      acc[x] = a;
+    // Each thread's outputs x = tid + j * blockDim, kMqaOut at a time in registers: independent
+    // FMA chains, each still a sequential sum over the keys in order.
+    for (int x0 = tid; x0 < nh * d.L; x0 += kMqaOut * blockDim.x) {
+      float a[kMqaOut];
+      const float* ph[kMqaOut];
+      int col[kMqaOut];
+#pragma unroll
+      for (int j = 0; j < kMqaOut; ++j) {
+        const int x = min(x0 + j * static_cast<int>(blockDim.x), nh * d.L - 1);
+        a[j] = acc[x];
+        ph[j] = z + static_cast<long long>(x / d.L) * d.K + k0;
+        col[j] = x % d.L;
+      }
+      for (int kk = 0; kk < nk; ++kk) {
+        if (slot[k0 + kk] < 0) continue;
+        const float* row = tile + kk * TW;
+#pragma unroll
+        for (int j = 0; j < kMqaOut; ++j) a[j] = fmaf(ph[j][kk], row[col[j]], a[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kMqaOut; ++j)
+        if (x0 + j * static_cast<int>(blockDim.x) < nh * d.L) acc[x0 + j * blockDim.x] = a[j];
     }
     __syncthreads();
   }

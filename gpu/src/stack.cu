@@ -147,6 +147,8 @@ class StackImpl final : public Stack::Impl {
     int optin = 0;
     check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
           "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0),
+          "cudaDeviceGetAttribute");
     T_ = 1;
     const k::Dims d = dims();
     mqa_heads_ = std::min(8, cfg.num_heads);
@@ -529,9 +531,13 @@ class StackImpl final : public Stack::Impl {
       ring_next_ = (ring_next_ + 1) % ring_.size();
       backend_olat_ = olat;
       if (Ta > 0) {
-        const dim3 grid(Ta, (H + mqa_heads_ - 1) / mqa_heads_);
-        k::sparse_mqa<S><<<grid, k::kMqaThreads, k::mqa_smem_bytes(d, mqa_heads_), stream_>>>(
-            d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), olat, w.lse->get(), mqa_heads_);
+        // Fewer heads per block when there are few tokens, to fill the SMs (the results do
+        // not depend on the grouping).
+        int hb = mqa_heads_;
+        while (hb > 1 && Ta * ((H + hb - 1) / hb) < 2 * sms_) hb /= 2;
+        const dim3 grid(Ta, (H + hb - 1) / hb);
+        k::sparse_mqa<S><<<grid, k::kMqaThreads, k::mqa_smem_bytes(d, hb), stream_>>>(
+            d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), olat, w.lse->get(), hb);
         // Trace copies (not part of the op's contract): this layer's sets and latent.
         check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(),
                               static_cast<std::size_t>(Ta) * d.K * sizeof(int),
@@ -646,7 +652,7 @@ class StackImpl final : public Stack::Impl {
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
-  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, mqa_heads_ = 1;
+  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, mqa_heads_ = 1, sms_ = 1;
   std::map<std::pair<std::string, int>, std::unique_ptr<BreakableGraph>> captures_;
 };
 
