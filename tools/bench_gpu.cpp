@@ -31,6 +31,18 @@ struct Options {
 };
 
 #if DSV32_HAVE_CUDA
+/// Fills the step's hidden rows (one per token, bf16 values of RNG stream `seed`) and derives it.
+StepInput derived(const Config& cfg, StepInput in, std::uint64_t seed, int num_blocks) {
+  int rows = 0;
+  for (const RequestStep& r : in.requests) rows += r.q;
+  const rng::Stream s(seed, "bench-gpu/hidden");
+  in.hidden.resize(rows, cfg.hidden_size);
+  for (Eigen::Index i = 0; i < in.hidden.size(); ++i)
+    in.hidden.data()[i] = round_bf16(s.symmetric(i));
+  in.derive(cfg, num_blocks);
+  return in;
+}
+
 /// `n` decode requests, each with `ctx` cached tokens, in disjoint runs of blocks.
 StepInput decode_step(const Config& cfg, int n, int ctx, int num_blocks) {
   StepInput in;
@@ -40,16 +52,9 @@ StepInput decode_step(const Config& cfg, int n, int ctx, int num_blocks) {
     for (int b = 0; b < per; ++b) rs.block_table.push_back(r * per + b);
     in.requests.push_back(rs);
   }
-  const rng::Stream s(3, "bench-gpu/hidden");
-  in.hidden.resize(n, cfg.hidden_size);
-  for (Eigen::Index i = 0; i < in.hidden.size(); ++i)
-    in.hidden.data()[i] = round_bf16(s.symmetric(i));
-  in.derive(cfg, num_blocks);
-  return in;
+  return derived(cfg, std::move(in), 3, num_blocks);
 }
-#endif
 
-#if DSV32_HAVE_CUDA
 /// One prefill chunk of `q` tokens extending a request with `ctx` cached tokens.
 StepInput chunk_step(const Config& cfg, int q, int ctx, int num_blocks) {
   StepInput in;
@@ -57,12 +62,7 @@ StepInput chunk_step(const Config& cfg, int q, int ctx, int num_blocks) {
   for (int b = 0; b < (ctx + q + cfg.block_size - 1) / cfg.block_size; ++b)
     rs.block_table.push_back(b);
   in.requests.push_back(rs);
-  const rng::Stream s(4, "bench-gpu/hidden");
-  in.hidden.resize(q, cfg.hidden_size);
-  for (Eigen::Index i = 0; i < in.hidden.size(); ++i)
-    in.hidden.data()[i] = round_bf16(s.symmetric(i));
-  in.derive(cfg, num_blocks);
-  return in;
+  return derived(cfg, std::move(in), 4, num_blocks);
 }
 
 /// Bytes an op must move at least (weights once, activations in and out, the cache entries it
