@@ -11,6 +11,7 @@ struct Dims {
   int max_blocks;  // columns of the block table
   float eps, ieps, sigma, head_norm;
   bool neox, hadamard, fp8_kv;
+  bool padded_write;  // mutant padded-cache-write: slot -1 rows go to slot 0
   int tiles;  // fp8_ds_mla tiles of the latent
 };
 
@@ -74,7 +75,8 @@ __global__ void kv_insert(Dims d, Meta m, const S* qkv, const S* g_kv, KvCache<S
   const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(d.L) + d.eps);
   for (int i = threadIdx.x; i < d.L; i += blockDim.x) c[i] = c[i] * inv * ld(g_kv[i]);
   __syncthreads();
-  const long long slot = m.slots[t];
+  long long slot = m.slots[t];
+  if (slot < 0 && d.padded_write) slot = 0;
   const int p = m.positions[t];
   for (int i = threadIdx.x; i < d.dr / 2; i += blockDim.x) {
     float a = ld(row[d.Rq + d.L + 2 * i]), b = ld(row[d.Rq + d.L + 2 * i + 1]);
@@ -240,6 +242,13 @@ __global__ void index_scores(Dims d, Meta m, const std::uint8_t* q8, const float
   scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * acc;
 }
 
+/// Busy-waits `cycles` clock cycles (mutant unjoined-stream: a slow backend on the main stream).
+__global__ void spin(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
 /// Total order on (score, position): larger score first, then smaller position; unique keys.
 __device__ __forceinline__ unsigned long long topk_key(float score, int j) {
   unsigned int b = __float_as_uint(score);
@@ -274,8 +283,8 @@ __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, 
   const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K;
   int* out = topk + static_cast<long long>(t) * K;
   const float* sc = scores + static_cast<long long>(t) * ld_scores;
-  if (n <= K) {
-    for (int j = threadIdx.x; j < K; j += blockDim.x) out[j] = j < n ? j : -1;
+  if (n <= K) {  // entries n.. keep the -1 that norm_rope_cache cleared them to
+    for (int j = threadIdx.x; j < n; j += blockDim.x) out[j] = j;
     return;
   }
   unsigned long long prefix = 0, mask = 0;
@@ -320,21 +329,20 @@ __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, 
 /// read from the cache; P rounded to S before P.V; olat = S(sum P c / l), lse = m + log l
 /// (natural log). A row with no valid index gives olat = 0 and lse = -inf.
 ///
-/// One block (256 threads) per (token, group of `hb` heads): the selected keys are staged
-/// through shared memory in tiles of kMqaTile rows and read once per group, not once per head.
-/// Every result is computed in an order that depends on neither hb nor the tile size: a score
-/// is one thread's sequential dot over [c; kR]; a head's sum l is one warp's lane-strided
-/// partial sums combined by a fixed shuffle tree; an output is one thread's sequential sum over
-/// the selected keys in order. Grid (T_a, ceil(H / hb)); shared memory: mqa_smem_bytes.
-constexpr int kMqaTile = 32;
+/// Three kernels, so that a few tokens still fill the GPU: scores over chunks of the selected
+/// keys, the softmax of each (token, head), and P.V over chunks of the latent's columns. Every
+/// result is computed in an order that depends on neither the grid nor the grouping of heads: a
+/// score is one thread's dot in four interleaved partial sums combined as (s0 + s1) + (s2 + s3);
+/// a head's sum l is one warp's lane-strided partial sums combined by a fixed shuffle tree; an
+/// output is one thread's sequential sum over the selected keys in order. Keys are staged through
+/// shared memory kMqaTile rows at a time, each warp loading whole rows with up to kRowRegs
+/// values per lane in flight, and read once per group of heads.
 constexpr int kMqaThreads = 256;
-constexpr int kMqaOut = 8;  // P.V outputs per thread held in registers at once
-
-__host__ __device__ inline std::size_t mqa_smem_bytes(const Dims& d, int hb) {
-  const std::size_t w = static_cast<std::size_t>(d.L + d.dr);
-  return d.K * sizeof(long long) + sizeof(float) * (hb * w + hb * static_cast<std::size_t>(d.K) +
-                                                    kMqaTile * (w + 1) + hb * d.L + 2 * hb);
-}
+constexpr int kMqaTile = 32;     // key rows per shared-memory tile
+constexpr int kMqaKeys = 256;    // selected keys per scores block
+constexpr int kMqaCols = 64;     // latent columns per P.V block
+constexpr int kMqaHeads = 8;     // most heads per block
+constexpr int kRowRegs = 24;     // rows up to 768 values wide load in one batch per lane
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -345,56 +353,76 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/// Value i of a key row: the latent (i < L), then the rope part.
+template <class S>
+__device__ __forceinline__ float key_at(const Dims& d, const KvCache<S>& cache, long long slot,
+                                        int i) {
+  return i < d.L ? latent_at(d, cache, slot, i) : ld(cache.rope[slot * d.dr + (i - d.L)]);
+}
+
+/// Columns [c0, c0 + width) of the key rows slot[0..nk) into tile (row stride ts); a row with
+/// slot < 0 reads as zeros. Warp w loads rows w, w + 8, ...
+template <class S>
+__device__ void load_key_rows(const Dims& d, const KvCache<S>& cache, const long long* slot,
+                              int nk, int c0, int width, float* tile, int ts) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  for (int kk = warp; kk < nk; kk += nw) {
+    const long long sl = slot[kk];
+    float* dst = tile + kk * ts;
+    if (sl < 0 || width > 32 * kRowRegs) {
+      for (int i = lane; i < width; i += 32) dst[i] = sl < 0 ? 0.f : key_at(d, cache, sl, c0 + i);
+      continue;
+    }
+    float v[kRowRegs];
+#pragma unroll
+    for (int j = 0; j < kRowRegs; ++j) {
+      const int i = lane + 32 * j;
+      v[j] = i < width ? key_at(d, cache, sl, c0 + i) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < kRowRegs; ++j)
+      if (lane + 32 * j < width) dst[lane + 32 * j] = v[j];
+  }
+}
+
+/// Shared memory of mqa_scores for hb heads per block.
+__host__ __device__ inline std::size_t mqa_scores_smem(const Dims& d, int hb) {
+  const std::size_t w = static_cast<std::size_t>(d.L + d.dr);
+  return kMqaKeys * sizeof(long long) + sizeof(float) * (hb * w + kMqaTile * (w + 1));
+}
+
+/// Scores z[t, h, k] = sigma * [ql; qR] . [c; kR] of selected key k (-inf where the index is
+/// -1) for hb heads and kMqaKeys keys. Grid (T_a, ceil(H / hb), ceil(K / kMqaKeys)).
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
-    sparse_mqa(Dims d, Meta m, const S* ql, const S* qR, KvCache<S> cache, const int* topk,
-               S* olat, float* lse, int hb) {
+    mqa_scores(Dims d, Meta m, const S* ql, const S* qR, KvCache<S> cache, const int* topk,
+               float* z, int hb) {
   extern __shared__ long long smem_ll[];
   const int W = d.L + d.dr, TW = W + 1;  // tile rows padded: no bank conflicts across rows
-  long long* slot = smem_ll;                        // K
-  float* q = reinterpret_cast<float*>(slot + d.K);  // hb x W
-  float* z = q + hb * W;                            // hb x K: scores, then P
-  float* tile = z + static_cast<long long>(hb) * d.K;  // kMqaTile x TW
-  float* acc = tile + kMqaTile * TW;                // hb x L
-  float* ml = acc + hb * d.L;                       // hb maxima, hb sums
-  const int t = blockIdx.x, h0 = blockIdx.y * hb, r = m.request_of_token[t];
-  const int nh = min(hb, d.H - h0), tid = threadIdx.x;
+  long long* slot = smem_ll;                              // kMqaKeys
+  float* q = reinterpret_cast<float*>(slot + kMqaKeys);  // hb x W
+  float* tile = q + hb * W;                               // kMqaTile x TW
+  const int t = blockIdx.x, h0 = blockIdx.y * hb, kb = blockIdx.z * kMqaKeys;
+  const int nh = min(hb, d.H - h0), nkb = min(kMqaKeys, d.K - kb), tid = threadIdx.x;
+  const int r = m.request_of_token[t];
   for (int x = tid; x < nh * W; x += blockDim.x) {
     const int h = h0 + x / W, i = x % W;
     q[x] = i < d.L ? ld(ql[(static_cast<long long>(t) * d.H + h) * d.L + i])
                    : ld(qR[(static_cast<long long>(t) * d.H + h) * d.dr + (i - d.L)]);
   }
-  int valid = 0;
-  for (int k = tid; k < d.K; k += blockDim.x) {
-    const int j = topk[static_cast<long long>(t) * d.K + k];
+  for (int k = tid; k < nkb; k += blockDim.x) {
+    const int j = topk[static_cast<long long>(t) * d.K + kb + k];
     slot[k] = j >= 0 ? slot_of(d, m, r, j) : -1;
-    valid += j >= 0;
   }
-  for (int x = tid; x < nh * d.L; x += blockDim.x) acc[x] = 0.f;
-  const int any = __syncthreads_or(valid);
-  if (!any) {
-    for (int x = tid; x < nh * d.L; x += blockDim.x)
-      olat[(static_cast<long long>(t) * d.H + h0) * d.L + x] = st<S>(0.f);
-    if (tid < nh) lse[static_cast<long long>(t) * d.H + h0 + tid] = -INFINITY;
-    return;
-  }
-  // Scores, a tile of keys at a time.
-  for (int k0 = 0; k0 < d.K; k0 += kMqaTile) {
-    const int nk = min(kMqaTile, d.K - k0);
-    for (int x = tid; x < nk * W; x += blockDim.x) {
-      const int kk = x / W, i = x % W;
-      const long long sl = slot[k0 + kk];
-      tile[kk * TW + i] = sl < 0 ? 0.f
-                          : i < d.L ? latent_at(d, cache, sl, i)
-                                    : ld(cache.rope[sl * d.dr + (i - d.L)]);
-    }
+  __syncthreads();
+  for (int k0 = 0; k0 < nkb; k0 += kMqaTile) {
+    const int nk = min(kMqaTile, nkb - k0);
+    load_key_rows(d, cache, slot + k0, nk, 0, W, tile, TW);
     __syncthreads();
     for (int x = tid; x < nh * nk; x += blockDim.x) {
       const int h = x / nk, kk = x % nk;
       const float* qh = q + h * W;
       const float* key = tile + kk * TW;
-      // Four interleaved partial sums (i mod 4), combined as (s0 + s1) + (s2 + s3): a fixed
-      // order, with four independent FMA chains in flight.
       float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
       int i = 0;
       for (; i + 3 < W; i += 4) {
@@ -405,66 +433,105 @@ __global__ void __launch_bounds__(kMqaThreads)
       }
       for (; i < W; ++i) s0 = fmaf(qh[i], key[i], s0);
       const float dot = (s0 + s1) + (s2 + s3);
-      z[static_cast<long long>(h) * d.K + k0 + kk] =
+      z[(static_cast<long long>(t) * d.H + h0 + h) * d.K + kb + k0 + kk] =
           slot[k0 + kk] >= 0 ? dot * d.sigma : -INFINITY;
     }
     __syncthreads();
   }
-  // Softmax statistics: warp w handles heads w, w + 8, ...
-  const int warp = tid / 32, lane = tid % 32;
-  for (int h = warp; h < nh; h += blockDim.x / 32) {
-    float* zh = z + static_cast<long long>(h) * d.K;
-    float mx = -FLT_MAX;
-    for (int k = lane; k < d.K; k += 32)
-      if (slot[k] >= 0) mx = fmaxf(mx, zh[k]);
-    mx = warp_max(mx);
-    float part = 0.f;
-    for (int k = lane; k < d.K; k += 32) {
-      const float p = slot[k] >= 0 ? expf(zh[k] - mx) : 0.f;
-      part += p;
-      zh[k] = rnd<S>(p);  // P in the storage precision before P.V
-    }
-    const float l = warp_sum(part);
-    if (lane == 0) ml[h] = mx, ml[hb + h] = l;
+}
+
+/// Softmax statistics of each (token, head): m = max z, P = S(exp(z - m)) written over z,
+/// l = sum P before rounding (0 when no index is valid). One warp per (token, head); grid
+/// (T_a, ceil(H / 8)), 256 threads.
+template <class S>
+__global__ void __launch_bounds__(kMqaThreads)
+    mqa_softmax(Dims d, const int* topk, float* z, float* ml) {
+  const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (h >= d.H) return;
+  float* zh = z + (static_cast<long long>(t) * d.H + h) * d.K;
+  const int* row = topk + static_cast<long long>(t) * d.K;
+  float mx = -FLT_MAX;
+  int valid = 0;
+  for (int k = lane; k < d.K; k += 32)
+    if (row[k] >= 0) mx = fmaxf(mx, zh[k]), valid = 1;
+  mx = warp_max(mx);
+  valid = __any_sync(0xffffffffu, valid);
+  float part = 0.f;
+  for (int k = lane; k < d.K; k += 32) {
+    const float p = row[k] >= 0 ? expf(zh[k] - mx) : 0.f;
+    part += p;
+    zh[k] = rnd<S>(p);  // P in the storage precision before P.V
   }
+  const float l = warp_sum(part);
+  if (lane == 0) {
+    ml[2 * (static_cast<long long>(t) * d.H + h)] = mx;
+    ml[2 * (static_cast<long long>(t) * d.H + h) + 1] = valid ? l : 0.f;
+  }
+}
+
+/// Shared memory of mqa_pv for hb heads per block.
+__host__ __device__ inline std::size_t mqa_pv_smem(const Dims& d, int hb) {
+  return d.K * sizeof(long long) +
+         sizeof(float) * (kMqaTile * (kMqaCols + 1) + static_cast<std::size_t>(hb) * kMqaTile);
+}
+
+/// olat[t, h, c0 + i] = S(sum_k P[k] c_k[c0 + i] / l) for hb heads and kMqaCols latent columns;
+/// lse from the blocks of the first column chunk. Grid (T_a, ceil(H / hb), ceil(L / kMqaCols)).
+template <class S>
+__global__ void __launch_bounds__(kMqaThreads)
+    mqa_pv(Dims d, Meta m, KvCache<S> cache, const int* topk, const float* z, const float* ml,
+           S* olat, float* lse, int hb) {
+  extern __shared__ long long smem_ll[];
+  constexpr int TS = kMqaCols + 1;
+  long long* slot = smem_ll;                             // K
+  float* tile = reinterpret_cast<float*>(slot + d.K);   // kMqaTile x TS
+  float* p = tile + kMqaTile * TS;                       // hb x kMqaTile
+  const int t = blockIdx.x, h0 = blockIdx.y * hb, c0 = blockIdx.z * kMqaCols;
+  const int nh = min(hb, d.H - h0), nc = min(kMqaCols, d.L - c0), tid = threadIdx.x;
+  const int r = m.request_of_token[t];
+  for (int k = tid; k < d.K; k += blockDim.x) {
+    const int j = topk[static_cast<long long>(t) * d.K + k];
+    slot[k] = j >= 0 ? slot_of(d, m, r, j) : -1;
+  }
+  // Each thread owns outputs x = tid + j * blockDim (head x / nc, column x % nc).
+  constexpr int kOut = (kMqaHeads * kMqaCols + kMqaThreads - 1) / kMqaThreads;
+  float acc[kOut];
+#pragma unroll
+  for (int j = 0; j < kOut; ++j) acc[j] = 0.f;
   __syncthreads();
-  // P.V over the latent, a tile of keys at a time; each thread owns fixed outputs.
   for (int k0 = 0; k0 < d.K; k0 += kMqaTile) {
     const int nk = min(kMqaTile, d.K - k0);
-    for (int x = tid; x < nk * d.L; x += blockDim.x) {
-      const int kk = x / d.L, i = x % d.L;
-      const long long sl = slot[k0 + kk];
-      tile[kk * TW + i] = sl < 0 ? 0.f : latent_at(d, cache, sl, i);
-    }
+    load_key_rows(d, cache, slot + k0, nk, c0, nc, tile, TS);
+    for (int x = tid; x < nh * nk; x += blockDim.x)
+      p[x] = z[(static_cast<long long>(t) * d.H + h0 + x / nk) * d.K + k0 + x % nk];
     __syncthreads();
-    // Each thread's outputs x = tid + j * blockDim, kMqaOut at a time in registers: independent
-    // FMA chains, each still a sequential sum over the keys in order.
-    for (int x0 = tid; x0 < nh * d.L; x0 += kMqaOut * blockDim.x) {
-      float a[kMqaOut];
-      const float* ph[kMqaOut];
-      int col[kMqaOut];
 #pragma unroll
-      for (int j = 0; j < kMqaOut; ++j) {
-        const int x = min(x0 + j * static_cast<int>(blockDim.x), nh * d.L - 1);
-        a[j] = acc[x];
-        ph[j] = z + static_cast<long long>(x / d.L) * d.K + k0;
-        col[j] = x % d.L;
-      }
-      for (int kk = 0; kk < nk; ++kk) {
-        if (slot[k0 + kk] < 0) continue;
-        const float* row = tile + kk * TW;
-#pragma unroll
-        for (int j = 0; j < kMqaOut; ++j) a[j] = fmaf(ph[j][kk], row[col[j]], a[j]);
-      }
-#pragma unroll
-      for (int j = 0; j < kMqaOut; ++j)
-        if (x0 + j * static_cast<int>(blockDim.x) < nh * d.L) acc[x0 + j * blockDim.x] = a[j];
+    for (int j = 0; j < kOut; ++j) {
+      const int x = tid + j * kMqaThreads;
+      if (x >= nh * nc) break;
+      const float* ph = p + (x / nc) * nk;
+      const int col = x % nc;
+      float a = acc[j];
+      for (int kk = 0; kk < nk; ++kk)
+        if (slot[k0 + kk] >= 0) a = fmaf(ph[kk], tile[kk * TS + col], a);
+      acc[j] = a;
     }
     __syncthreads();
   }
-  for (int x = tid; x < nh * d.L; x += blockDim.x)
-    olat[(static_cast<long long>(t) * d.H + h0) * d.L + x] = st<S>(acc[x] / ml[hb + x / d.L]);
-  if (tid < nh) lse[static_cast<long long>(t) * d.H + h0 + tid] = ml[tid] + logf(ml[hb + tid]);
+#pragma unroll
+  for (int j = 0; j < kOut; ++j) {
+    const int x = tid + j * kMqaThreads;
+    if (x >= nh * nc) break;
+    const long long th = static_cast<long long>(t) * d.H + h0 + x / nc;
+    const float l = ml[2 * th + 1];
+    olat[th * d.L + c0 + x % nc] = st<S>(l > 0.f ? acc[j] / l : 0.f);
+  }
+  if (blockIdx.z == 0 && tid < nh) {
+    const long long th = static_cast<long long>(t) * d.H + h0 + tid;
+    const float l = ml[2 * th + 1];
+    lse[th] = l > 0.f ? ml[2 * th] + logf(l) : -INFINITY;
+  }
 }
 
 /// uv_proj / uv_proj_static: o[t, h, e] = S(sum_i olat[t, h, i] W_UV[h][e][i]), each output one

@@ -73,6 +73,40 @@ Plan plan_preset(std::string_view name, const Config& cfg) {
   return p;
 }
 
+const std::vector<std::string>& mutant_names() {
+  static const std::vector<std::string> names{
+      "fresh-output",       "capture-host-op",    "baked-short-prefill", "uv-captured-nocopy",
+      "shared-layer-clears", "no-topk-clear",     "double-rope",         "padded-cache-write",
+      "stale-positions",    "unjoined-stream"};
+  return names;
+}
+
+bool is_plan_mutant(std::string_view mutant) {
+  return mutant == "capture-host-op" || mutant == "uv-captured-nocopy";
+}
+
+Plan mutate_plan(const Plan& plan, std::string_view mutant) {
+  const auto& names = mutant_names();
+  if (std::find(names.begin(), names.end(), mutant) == names.end()) {
+    std::string known;
+    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+    throw PlanError("unknown mutant '" + std::string(mutant) + "' (known: " + known + ")");
+  }
+  if (!is_plan_mutant(mutant)) return plan;
+  if (!plan.capture) throw PlanError("mutant '" + std::string(mutant) + "' needs a captured plan");
+  Plan p = plan;
+  p.name += "+" + std::string(mutant);
+  p.allow_host_capture = true;
+  for (auto& layer : p.placement) {
+    if (mutant == "capture-host-op") layer["sparse_mqa"] = Placement::graph;
+    if (mutant == "uv-captured-nocopy") {
+      p.copy_form = false;
+      layer["uv_proj"] = Placement::graph;
+    }
+  }
+  return p;
+}
+
 std::vector<int> capture_sizes(int max_size) {
   if (max_size < 1) throw std::invalid_argument("capture sizes: max_size must be >= 1");
   std::vector<int> out;
@@ -94,6 +128,7 @@ int capture_size_for(const std::vector<int>& sizes, int num_tokens) {
 
 void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
   if (!plan.capture) return;
+  allow_host_capture = allow_host_capture || plan.allow_host_capture;
   if (static_cast<int>(plan.placement.size()) != cfg.num_layers)
     throw PlanError("plan '" + plan.name + "' covers " + std::to_string(plan.placement.size()) +
                     " layers, the config has " + std::to_string(cfg.num_layers));

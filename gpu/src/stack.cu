@@ -83,6 +83,7 @@ struct Stack::Impl {
   virtual void synthesize_context(const StepInput& in) = 0;
   virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
   virtual int capture_count() const = 0;
+  virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
                                                                int repeats) = 0;
   Config cfg;
@@ -135,6 +136,8 @@ class StackImpl final : public Stack::Impl {
     topk_ = zeros<int>(T * cfg.index_topk, 0xFF);
     for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
     positions_ = zeros<int>(T);
+    positions_snapshot_ = zeros<int>(T);
+    for (auto& ld : layers_) o_ptr_.push_back(ld.o->get());
     slots_ = zeros<long long>(T);
     request_of_token_ = zeros<int>(T);
     max_blocks_ = (num_blocks + 0);  // a request can own at most every block
@@ -142,8 +145,10 @@ class StackImpl final : public Stack::Impl {
     max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
     scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
     grow_rope(max_len_);
-    // sparse_mqa: as many heads per block as fit the opt-in shared memory (results do not
-    // depend on the count).
+    // sparse_mqa: scratch for the scores (then P) and each row's max and sum; as many heads
+    // per block as the opt-in shared memory allows (the results do not depend on the count).
+    mqa_z_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.index_topk));
+    mqa_ml_ = zeros<float>(T * cfg.num_heads * 2);
     int optin = 0;
     check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
           "cudaDeviceGetAttribute");
@@ -151,22 +156,30 @@ class StackImpl final : public Stack::Impl {
           "cudaDeviceGetAttribute");
     T_ = 1;
     const k::Dims d = dims();
-    mqa_heads_ = std::min(8, cfg.num_heads);
-    while (mqa_heads_ > 1 && k::mqa_smem_bytes(d, mqa_heads_) > static_cast<std::size_t>(optin))
-      mqa_heads_ /= 2;
-    if (k::mqa_smem_bytes(d, mqa_heads_) > static_cast<std::size_t>(optin))
-      throw CudaError("sparse_mqa: index_topk " + std::to_string(cfg.index_topk) + " needs " +
-                      std::to_string(k::mqa_smem_bytes(d, 1)) +
+    const auto fits = [&](int hb) {
+      return std::max(k::mqa_scores_smem(d, hb), k::mqa_pv_smem(d, hb)) <=
+             static_cast<std::size_t>(optin);
+    };
+    mqa_heads_ = std::min(k::kMqaHeads, cfg.num_heads);
+    while (mqa_heads_ > 1 && !fits(mqa_heads_)) mqa_heads_ /= 2;
+    if (!fits(mqa_heads_))
+      throw CudaError("sparse_mqa: kv_lora_rank " + std::to_string(cfg.kv_lora_rank) +
+                      " and index_topk " + std::to_string(cfg.index_topk) + " need " +
+                      std::to_string(std::max(k::mqa_scores_smem(d, 1), k::mqa_pv_smem(d, 1))) +
                       " bytes of shared memory per block; the device allows " +
                       std::to_string(optin));
-    check(cudaFuncSetAttribute(k::sparse_mqa<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(k::mqa_smem_bytes(d, mqa_heads_))),
+    check(cudaFuncSetAttribute(k::mqa_scores<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(k::mqa_scores_smem(d, mqa_heads_))),
+          "sparse_mqa shared memory");
+    check(cudaFuncSetAttribute(k::mqa_pv<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(k::mqa_pv_smem(d, mqa_heads_))),
           "sparse_mqa shared memory");
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
   ~StackImpl() override {
     captures_.clear();
+    if (side_) cudaStreamDestroy(side_);
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -197,6 +210,7 @@ class StackImpl final : public Stack::Impl {
       it->second->replay();
     }
     check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
+    if (side_) check(cudaStreamSynchronize(side_), "side stream");
     return trace();
   }
 
@@ -294,15 +308,33 @@ class StackImpl final : public Stack::Impl {
       for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
     check(cudaStreamSynchronize(stream_), "capture warm-up");
     upload_step(empty);  // ones again: a graph op that ran during capture would change them
+    // What a graph would bake if it read host values (mutant stale-positions).
+    check(cudaMemcpyAsync(positions_snapshot_->get(), positions_->get(), T * sizeof(int),
+                          cudaMemcpyDeviceToDevice, stream_),
+          "positions snapshot");
     auto graph = std::make_unique<BreakableGraph>(stream_);
+    in_capture_ = true;
+    struct Reset {
+      bool& a;
+      ~Reset() { a = false; }
+    } reset{in_capture_};
     graph->begin();
     for (int l = 0; l < cfg.num_layers; ++l)
       for (const std::string& op : plan.ops(cfg, l)) {
         const std::string where = "layer" + std::to_string(l) + "/" + op;
-        if (plan.at(l, op) == Placement::graph)
-          graph->graph(where, [&] { run_op(l, op); });
-        else  // runs now on empty metadata (no real rows), and again at every replay
-          graph->eager(where, [this, l, op] { run_op(l, op); });
+        if (plan.at(l, op) == Placement::graph) {
+          graph->graph(where, [&] {
+            in_graph_ = true;
+            Reset g{in_graph_};
+            run_op(l, op);
+          });
+        } else {  // runs now on empty metadata (no real rows), and again at every replay
+          graph->eager(where, [this, l, op] {
+            eager_segment_ = true;
+            Reset g{eager_segment_};
+            run_op(l, op);
+          });
+        }
       }
     const CaptureInfo info = graph->end();
     captures_[{plan.name, T}] = std::move(graph);
@@ -310,6 +342,20 @@ class StackImpl final : public Stack::Impl {
   }
 
   int capture_count() const override { return static_cast<int>(captures_.size()); }
+
+  void set_mutant(const std::string& name) override {
+    if (!name.empty()) {
+      const auto& names = mutant_names();
+      if (std::find(names.begin(), names.end(), name) == names.end() || is_plan_mutant(name))
+        throw PlanError("'" + name + "' is not a stack mutant (plan mutants go through "
+                        "mutate_plan)");
+    }
+    if (name == "unjoined-stream" && !side_)
+      check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "side stream");
+    mutant_ = name;
+    captures_.clear();  // captures recorded without the mutant would hide it
+    baked_short_.clear();
+  }
 
  private:
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
@@ -401,12 +447,15 @@ class StackImpl final : public Stack::Impl {
     d.hadamard = cfg.hadamard == Hadamard::on;
     d.fp8_kv = cfg.kv_cache == KvCache::fp8_ds_mla;
     d.tiles = tiles();
+    d.padded_write = mutant_ == "padded-cache-write";
     return d;
   }
 
   k::Meta meta() const {
-    return {positions_->get(),   slots_->get(),    request_of_token_->get(),
-            block_table_->get(), rope_cos_->get(), rope_sin_->get()};
+    const int* pos = mutant_ == "stale-positions" && in_graph_ ? positions_snapshot_->get()
+                                                               : positions_->get();
+    return {pos, slots_->get(), request_of_token_->get(), block_table_->get(), rope_cos_->get(),
+            rope_sin_->get()};
   }
 
   /// The step's inputs into the static buffers (device) and its host metadata (this object).
@@ -494,9 +543,13 @@ class StackImpl final : public Stack::Impl {
                                             w.q_c->get(), d.Rq, d.Rq, d.eps);
       k::kv_insert<S><<<T, 256, (L + 32) * sizeof(float), stream_>>>(
           d, m, w.qkv->get(), w.g_kv->get(), w.kv, w.kR->get());
-      if (cfg.is_full_layer(l)) {
+      if (cfg.is_full_layer(l))
         k::index_k_insert<S><<<T, 128, 0, stream_>>>(
             d, m, w.kw->get(), w.ig_k->get(), w.ib_k->get(), w.index, w.k8->get(), w.kscale->get());
+      // F layers clear the shared top-k rows; the mutants skip it or clear in S layers too.
+      const bool clear = cfg.is_full_layer(l) ? mutant_ != "no-topk-clear"
+                                              : mutant_ == "shared-layer-clears";
+      if (clear) {
         const long long n = static_cast<long long>(T) * d.K;
         k::topk_clear<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(topk_->get(), n);
       }
@@ -515,14 +568,31 @@ class StackImpl final : public Stack::Impl {
            "indexer_wq_b");
     } else if (op == "fused_q") {
       k::q_rope<S><<<T, 128, 0, stream_>>>(d, m, w.q->get(), w.qR->get());
+      if (mutant_ == "double-rope") {  // the rotation again, in place on qR
+        k::Dims again = d;
+        again.dn = 0;
+        k::q_rope<S><<<T, 128, 0, stream_>>>(again, m, w.qR->get(), w.qR->get());
+      }
       if (cfg.is_full_layer(l))
         k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(
             d, m, w.qI->get(), w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
     } else if (op == "indexer_topk") {
+      // Short-prefill shortcut: when every context fits in K the sets are 0..p and the scores
+      // are not needed (topk_select then takes its short path on every row, bit for bit). The
+      // mutant decides it once, at capture, and replays that decision.
+      bool shortcut = longest_ <= d.K;
+      if (mutant_ == "baked-short-prefill") {
+        if (in_capture_)
+          baked_short_[l] = shortcut;
+        else if (const auto it = baked_short_.find(l); it != baked_short_.end())
+          shortcut = it->second;
+      }
       if (Ta > 0) {
-        const dim3 grid(Ta, (longest_ + 127) / 128);
-        k::index_scores<<<grid, 128, (d.HI * 128 + d.HI) * sizeof(float), stream_>>>(
-            d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
+        if (!shortcut) {
+          const dim3 grid(Ta, (longest_ + 127) / 128);
+          k::index_scores<<<grid, 128, (d.HI * 128 + d.HI) * sizeof(float), stream_>>>(
+              d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
+        }
         k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
       }
     } else if (op == "sparse_mqa") {
@@ -530,14 +600,27 @@ class StackImpl final : public Stack::Impl {
       S* olat = ring_[ring_next_]->get();
       ring_next_ = (ring_next_ + 1) % ring_.size();
       backend_olat_ = olat;
+      if (mutant_ == "unjoined-stream" && eager_segment_)  // a slow backend: the race is certain
+        k::spin<<<1, 1, 0, stream_>>>(2'000'000);
       if (Ta > 0) {
         // Fewer heads per block when there are few tokens, to fill the SMs (the results do
         // not depend on the grouping).
-        int hb = mqa_heads_;
-        while (hb > 1 && Ta * ((H + hb - 1) / hb) < 2 * sms_) hb /= 2;
-        const dim3 grid(Ta, (H + hb - 1) / hb);
-        k::sparse_mqa<S><<<grid, k::kMqaThreads, k::mqa_smem_bytes(d, hb), stream_>>>(
-            d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), olat, w.lse->get(), hb);
+        const auto heads = [&](int splits) {
+          int hb = k::kMqaHeads;
+          while (hb > 1 && Ta * ((H + hb - 1) / hb) * splits < 2 * sms_) hb /= 2;
+          return std::min(hb, mqa_heads_);
+        };
+        const int kc = (d.K + k::kMqaKeys - 1) / k::kMqaKeys;
+        const int lc = (L + k::kMqaCols - 1) / k::kMqaCols;
+        const int hs = heads(kc), hp = heads(lc);
+        k::mqa_scores<S><<<dim3(Ta, (H + hs - 1) / hs, kc), k::kMqaThreads,
+                           k::mqa_scores_smem(d, hs), stream_>>>(
+            d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), mqa_z_->get(), hs);
+        k::mqa_softmax<S><<<dim3(Ta, (H + 7) / 8), k::kMqaThreads, 0, stream_>>>(
+            d, topk_->get(), mqa_z_->get(), mqa_ml_->get());
+        k::mqa_pv<S><<<dim3(Ta, (H + hp - 1) / hp, lc), k::kMqaThreads, k::mqa_pv_smem(d, hp),
+                       stream_>>>(d, m, w.kv, topk_->get(), mqa_z_->get(), mqa_ml_->get(), olat,
+                                  w.lse->get(), hp);
         // Trace copies (not part of the op's contract): this layer's sets and latent.
         check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(),
                               static_cast<std::size_t>(Ta) * d.K * sizeof(int),
@@ -549,9 +632,17 @@ class StackImpl final : public Stack::Impl {
               "sparse_mqa trace");
       }
     } else if (op == "uv_proj") {  // no-copy form: backend rows [0, T_a) into o
+      S* out = w.o->get();
+      if (mutant_ == "fresh-output") {  // a new buffer every call, handed on by pointer
+        fresh_.push_back(zeros<S>(static_cast<std::size_t>(max_tokens_) * H * d.dv));
+        out = fresh_.back()->get();
+      }
+      o_ptr_[l] = out;
+      // Mutant: an eager segment's op on a side stream, joined with nothing.
+      const cudaStream_t s = mutant_ == "unjoined-stream" && eager_segment_ ? side_ : stream_;
       if (Ta > 0)
-        k::uv_bmm<S><<<dim3((Ta + k::kUvRows - 1) / k::kUvRows, H), k::kUvThreads, 0, stream_>>>(
-            d, Ta, backend_olat_, w.w_kv_b->get(), w.o->get());
+        k::uv_bmm<S><<<dim3((Ta + k::kUvRows - 1) / k::kUvRows, H), k::kUvThreads, 0, s>>>(
+            d, Ta, backend_olat_, w.w_kv_b->get(), out);
     } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
       if (Ta > 0)
         check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_,
@@ -562,7 +653,9 @@ class StackImpl final : public Stack::Impl {
       k::uv_bmm<S><<<dim3((T + k::kUvRows - 1) / k::kUvRows, H), k::kUvThreads, 0, stream_>>>(
           d, T, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
     } else if (op == "o_proj") {
-      gemm(w.o->get(), H * d.dv, w.w_o->get(), w.y->get(), d.D, T, d.D, H * d.dv, "o_proj");
+      // Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph
+      // bakes the pointer it had at capture.
+      gemm(o_ptr_[l], H * d.dv, w.w_o->get(), w.y->get(), d.D, T, d.D, H * d.dv, "o_proj");
     } else if (op == "residual_add") {
       const long long n = static_cast<long long>(T) * d.D;
       k::residual_add<S>
@@ -646,13 +739,21 @@ class StackImpl final : public Stack::Impl {
   Buf<std::uint8_t> workspace_;
   std::vector<LayerDev<S>> layers_;
   Buf<S> h_;
-  Buf<float> scores_, rope_cos_, rope_sin_;
+  Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_;
   Buf<int> topk_, positions_, request_of_token_, block_table_;
   Buf<long long> slots_;
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
   int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, mqa_heads_ = 1, sms_ = 1;
+  // Mutants (BOUNDARIES.md section 4) and the state they need.
+  std::string mutant_;
+  bool in_capture_ = false, in_graph_ = false, eager_segment_ = false;
+  std::map<int, bool> baked_short_;
+  std::vector<S*> o_ptr_;  // per layer: the buffer uv_proj wrote, which o_proj reads
+  std::vector<Buf<S>> fresh_;
+  Buf<int> positions_snapshot_;
+  cudaStream_t side_ = nullptr;
   std::map<std::pair<std::string, int>, std::unique_ptr<BreakableGraph>> captures_;
 };
 
@@ -697,6 +798,10 @@ double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
 
 std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats) {
   return impl_->time_ops(in, repeats);
+}
+
+void Stack::set_mutant(const std::string& name) {
+  impl_->set_mutant(name);
 }
 
 int Stack::capture_count() const {

@@ -29,6 +29,7 @@ struct Plan {
   std::string name;
   bool capture = true;     // false: the `eager` baseline, no capture machinery at all
   bool copy_form = false;  // latent_copy + uv_proj_static instead of uv_proj
+  bool allow_host_capture = false;  // captures H ops on purpose (plan mutants); skips validate
   std::vector<std::map<std::string, Placement>> placement;  // per layer, per op
 
   /// The ops layer l runs, in order.
@@ -41,6 +42,16 @@ struct Plan {
 std::vector<std::string> plan_names();
 /// A preset for cfg's layers; throws PlanError for an unknown name.
 Plan plan_preset(std::string_view name, const Config& cfg);
+/// The boundary bugs of BOUNDARIES.md section 4, by name. `capture-host-op` and
+/// `uv-captured-nocopy` are plan mutants (they capture an H op); the others are switches of the
+/// GPU stack (`Stack::set_mutant`).
+const std::vector<std::string>& mutant_names();
+bool is_plan_mutant(std::string_view mutant);
+/// `plan` with a plan mutant applied (`capture-host-op`: sparse_mqa captured in every layer;
+/// `uv-captured-nocopy`: uv_proj captured, no-copy form); other names return it unchanged.
+/// Throws PlanError for an unknown name or a plan that captures nothing.
+Plan mutate_plan(const Plan& plan, std::string_view mutant);
+
 /// The capture sizes up to `max_size` (vLLM's list): 1, 2, 4, multiples of 8 up to 256, then
 /// multiples of 16; `max_size` itself is always included. Throws for max_size < 1.
 std::vector<int> capture_sizes(int max_size);

@@ -37,6 +37,9 @@ class Stack {
   /// Runs the step under `plan`: `eager` runs ops directly; other plans capture on first use.
   StepTrace run(const Plan& plan, const StepInput& in);
 
+  /// Turns on one stack mutant of BOUNDARIES.md section 4 ("" turns it off; plan mutants go
+  /// through mutate_plan); drops the captures held. Throws PlanError for other names.
+  void set_mutant(const std::string& name);
   /// Captures held: one per (plan name, capture size), reused by every later step of that size.
   int capture_count() const;
   const Config& config() const;
