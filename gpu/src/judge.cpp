@@ -66,20 +66,40 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
   return j;
 }
 
-std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
-                             const std::vector<StepTrace>& b) {
-  if (a.size() != b.size()) return "different step counts";
+std::string Divergence::where() const {
+  return "step" + std::to_string(step) + "/" +
+         (layer < 0 ? std::string() : "layer" + std::to_string(layer) + "/") + stage;
+}
+
+Divergence first_divergence(const Config& cfg, const std::vector<StepTrace>& a,
+                            const std::vector<StepTrace>& b) {
+  Divergence d;
+  if (a.size() != b.size()) {
+    d.step = 0;
+    d.stage = "steps";
+    d.detail = "different step counts: " + std::to_string(a.size()) + " and " +
+               std::to_string(b.size());
+    return d;
+  }
   for (std::size_t s = 0; s < a.size(); ++s) {
     for (int l = 0; l < cfg.num_layers; ++l)
       for (const Tensor& t : a[s].layers[l].tensors) {
         const CompareResult r = compare_abs(b[s].layers[l].at(t.name), t, 0.0);
-        if (!r.pass)
-          return "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/" + r.summary();
+        if (!r.pass) return {static_cast<int>(s), l, t.name, r.summary()};
       }
     const CompareResult r = compare_abs(b[s].output, a[s].output, 0.0);
-    if (!r.pass) return "step" + std::to_string(s) + "/" + r.summary();
+    if (!r.pass) return {static_cast<int>(s), -1, "output", r.summary()};
   }
-  return "";
+  return d;
+}
+
+std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
+                             const std::vector<StepTrace>& b) {
+  const Divergence d = first_divergence(cfg, a, b);
+  if (!d.found()) return "";
+  if (d.stage == "steps") return d.detail;
+  return "step" + std::to_string(d.step) + "/" +
+         (d.layer < 0 ? std::string() : "layer" + std::to_string(d.layer) + "/") + d.detail;
 }
 
 }  // namespace dsv32::gpu

@@ -167,7 +167,8 @@ __global__ void index_k_insert(Dims d, Meta m, const S* kw, const S* g_k, const 
   rotate_quantize(d, m, v, sh, m.positions[t], k8_out + static_cast<long long>(t) * 128,
                   kscale_out + t);
   __syncthreads();
-  const long long slot = m.slots[t];
+  long long slot = m.slots[t];
+  if (slot < 0 && d.padded_write) slot = 0;
   if (slot < 0) return;
   cache.codes[slot * 128 + i] = k8_out[static_cast<long long>(t) * 128 + i];
   if (i == 0) cache.scales[slot] = kscale_out[t];

@@ -89,6 +89,19 @@ std::vector<CaseSpec> build() {
   f.committed = false;
   f.num_blocks = 8;
   r.push_back(std::move(f));
+  // Bait for the mutants (BOUNDARIES.md section 4): every step padded to one capture size
+  // (captured while contexts are short, replayed past K), a row whose context shrinks between
+  // steps (stale top-k entries show), a small pool so physical block 0 is in use (a padded row
+  // written to slot 0 hits a real token), F and S layers.
+  CaseSpec bait = make("mutant-bait", "Steps that expose every mutant (generated on demand)",
+                       preset("tiny-fs"),
+                       {{{{0, 12}, {1, 3}}, 16, {}},
+                        {{{0, 1}, {1, 1}}, 16, {}},
+                        {{{1, 1}, {0, 1}, {2, 4}}, 16, {}},
+                        {{{2, 1}, {1, 1}, {0, 1}}, 16, {}}});
+  bait.committed = false;
+  bait.num_blocks = 9;
+  r.push_back(std::move(bait));
   return r;
 }
 

@@ -28,6 +28,18 @@ struct Judgement {
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu);
 
+/// Where two runs first differ bitwise: step, layer (-1: the output) and stage, in trace order.
+struct Divergence {
+  int step = -1;
+  int layer = -1;
+  std::string stage;
+  std::string detail;  // the comparison's one-line summary
+  bool found() const { return step >= 0; }
+  std::string where() const;  // "step1/layer0/o"
+};
+Divergence first_divergence(const Config& cfg, const std::vector<StepTrace>& a,
+                            const std::vector<StepTrace>& b);
+
 /// Bitwise comparison of two runs' traces; "" when equal, else the first difference.
 std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
                              const std::vector<StepTrace>& b);

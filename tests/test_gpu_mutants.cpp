@@ -1,0 +1,131 @@
+// The mutants of BOUNDARIES.md section 4: with each one on, the suite's checks fail (a plan
+// differs from eager bitwise, or eager fails the oracle), and the bisect engine names the op
+// whose capture breaks the run, or for data bugs the first failing stage.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "dsv32/golden/golden.hpp"
+#include "dsv32/gpu/bisect.hpp"
+#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/stack.hpp"
+#include "support/gpu.hpp"
+#include "support/gpu_runs.hpp"
+
+namespace dsv32 {
+namespace {
+
+/// A mutant, the plan it is run under, and what bisect must say.
+struct Expect {
+  std::string mutant;
+  std::string plan;
+  std::string verdict;
+  std::vector<std::string> ops;  // the op named must be one of these (data bugs: the op of
+                                 // the first failing stage)
+};
+
+void PrintTo(const Expect& e, std::ostream* os) {
+  *os << e.mutant << " under " << e.plan;
+}
+
+const std::vector<Expect>& expectations() {
+  static const std::vector<Expect> e{
+      {"fresh-output", "narrow", "boundary", {"o_proj"}},
+      {"capture-host-op", "narrow", "boundary", {"sparse_mqa"}},
+      {"baked-short-prefill", "narrow", "eager-segment", {"indexer_topk"}},
+      {"uv-captured-nocopy", "narrow", "boundary", {"uv_proj"}},
+      {"shared-layer-clears", "narrow", "data", {"indexer_topk"}},
+      {"no-topk-clear", "narrow", "data", {"indexer_topk"}},
+      {"double-rope", "narrow", "data", {"fused_q"}},
+      // Slot 0 holds a real token's key and latent: which read of it fails first depends
+      // on a race in the first step (the real token and a padded row write it together).
+      {"padded-cache-write", "narrow", "data", {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
+      {"stale-positions", "narrow", "boundary", {"norm_rope_cache"}},
+      {"unjoined-stream", "narrow", "eager-segment", {"uv_proj"}},
+  };
+  return e;
+}
+
+const golden::GoldenCase& bait() {
+  static const golden::GoldenCase gc = golden::generate(golden::find_case("mutant-bait"), "test");
+  return gc;
+}
+
+TEST(Mutants, EveryMutantOfTheSpecIsTested) {
+  std::vector<std::string> tested;
+  for (const Expect& e : expectations()) tested.push_back(e.mutant);
+  EXPECT_EQ(tested, gpu::mutant_names());
+}
+
+TEST(Mutants, TheBaitPassesWithoutAMutant) {
+  DSV32_REQUIRE_GPU();
+  const golden::GoldenCase& gc = bait();
+  EXPECT_EQ(testing::check_plans(gc.cfg, std::make_shared<const Weights>(gc.weights),
+                                 gc.num_blocks, gc.steps, gpu::plan_names()),
+            "");
+}
+
+class MutantCaught : public ::testing::TestWithParam<Expect> {};
+
+TEST_P(MutantCaught, TheSuiteFailsAndBisectNamesTheOp) {
+  DSV32_REQUIRE_GPU();
+  const Expect& e = GetParam();
+  const golden::GoldenCase& gc = bait();
+  const auto w = std::make_shared<const Weights>(gc.weights);
+  // The suite's checks, as the plan tests run them, on the mutated build.
+  const gpu::Plan plan = gpu::mutate_plan(gpu::plan_preset(e.plan, gc.cfg), e.mutant);
+  const std::string stack_mutant = gpu::is_plan_mutant(e.mutant) ? "" : e.mutant;
+  const auto run = [&](const gpu::Plan& p) {
+    gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture_size(gc.steps));
+    stack.set_mutant(stack_mutant);
+    std::vector<StepTrace> out;
+    for (const StepInput& in : gc.steps) out.push_back(stack.run(p, in));
+    return out;
+  };
+  const std::vector<StepTrace> eager = run(gpu::plan_preset("eager", gc.cfg));
+  const std::vector<StepTrace> got = run(plan);
+  const bool plan_differs = gpu::first_difference(gc.cfg, eager, got) != "";
+  const bool oracle_fails =
+      !gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, got).failures.empty();
+  EXPECT_TRUE(plan_differs || oracle_fails) << e.mutant << " went unnoticed";
+
+  const gpu::BisectReport r =
+      gpu::bisect(gc.cfg, w, gc.num_blocks, gc.steps, gpu::plan_preset(e.plan, gc.cfg), e.mutant);
+  EXPECT_EQ(r.verdict, e.verdict) << r.summary() << "\n" << r.detail;
+  EXPECT_NE(std::find(e.ops.begin(), e.ops.end(), r.op), e.ops.end())
+      << r.summary() << "\n" << r.detail;
+  if (e.verdict == "boundary") {
+    EXPECT_EQ(r.layer, 0) << r.summary();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Spec, MutantCaught, ::testing::ValuesIn(expectations()),
+    [](const ::testing::TestParamInfo<Expect>& p) {
+      std::string n = p.param.mutant;
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
+
+TEST(Mutants, BisectFindsNothingWithoutAMutant) {
+  DSV32_REQUIRE_GPU();
+  const golden::GoldenCase& gc = bait();
+  const gpu::BisectReport r = gpu::bisect(gc.cfg, std::make_shared<const Weights>(gc.weights),
+                                          gc.num_blocks, gc.steps,
+                                          gpu::plan_preset("narrow", gc.cfg));
+  EXPECT_EQ(r.verdict, "none") << r.summary() << "\n" << r.detail;
+}
+
+TEST(Mutants, UnknownNamesAreRejected) {
+  const Config cfg = preset("tiny-fs");
+  EXPECT_THROW(gpu::mutate_plan(gpu::plan_preset("narrow", cfg), "no-such-bug"), gpu::PlanError);
+  EXPECT_THROW(gpu::mutate_plan(gpu::plan_preset("eager", cfg), "capture-host-op"),
+               gpu::PlanError);
+  EXPECT_EQ(gpu::mutate_plan(gpu::plan_preset("narrow", cfg), "capture-host-op")
+                .at(0, "sparse_mqa"),
+            gpu::Placement::graph);
+}
+
+}  // namespace
+}  // namespace dsv32

@@ -1,0 +1,106 @@
+// `dsv32 bisect (GOLDEN.h5 | --case NAME) --plan P [--mutant M | --all-mutants] [--json F]`:
+// names the op whose move across the eager boundary breaks a plan's bitwise equality with
+// `eager`, or, for a data bug, the first stage that fails the oracle (BOUNDARIES.md section 4).
+// Exit 0: nothing diverged (or, with --all-mutants, every mutant was caught and named);
+// 1: a divergence was found and named (or a mutant went unnoticed); 2: bad usage or input.
+#include <fmt/core.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "dsv32/golden/golden.hpp"
+#if DSV32_HAVE_CUDA
+#include "dsv32/gpu/bisect.hpp"
+#include "dsv32/gpu/device.hpp"
+#endif
+
+namespace dsv32::tools {
+namespace {
+
+struct Options {
+  std::string golden;
+  std::string case_name;
+  std::string plan = "narrow";
+  std::string mutant;
+  bool all_mutants = false;
+  std::string json;
+};
+
+int run(const Options& o) {
+#if DSV32_HAVE_CUDA
+  if (const std::string why = gpu::no_device_reason(); !why.empty()) {
+    fmt::print(stderr, "dsv32 bisect: {}\n", why);
+    return kExitUsage;
+  }
+  if (o.golden.empty() == o.case_name.empty()) {
+    fmt::print(stderr, "dsv32 bisect: give a golden file or --case NAME (one of them)\n");
+    return kExitUsage;
+  }
+  const golden::GoldenCase gc = o.golden.empty()
+                                    ? golden::generate(golden::find_case(o.case_name), "bisect")
+                                    : golden::read(o.golden);
+  const auto w = std::make_shared<const Weights>(gc.weights);
+  const gpu::Plan plan = gpu::plan_preset(o.plan, gc.cfg);
+  std::vector<std::string> mutants;
+  if (o.all_mutants)
+    mutants = gpu::mutant_names();
+  else
+    mutants.push_back(o.mutant);
+  for (const std::string& m : mutants)  // unknown names and unusable plans fail before any run
+    if (!m.empty()) gpu::mutate_plan(plan, m);
+  fmt::print("dsv32 bisect: case {} ({} steps), plan {}, {}\n", gc.case_id, gc.steps.size(),
+             o.plan, gpu::device_summary());
+  fmt::print("{:<22} {:<14} {:<16} {:>5}  {}\n", "mutant", "verdict", "op", "layer",
+             "first divergence");
+  nlohmann::json out{{"case", gc.case_id}, {"plan", o.plan}};
+  int unnoticed = 0, diverged = 0;
+  for (const std::string& m : mutants) {
+    const gpu::BisectReport r =
+        gpu::bisect(gc.cfg, w, gc.num_blocks, gc.steps, plan, m,
+                    [&](const std::string& line) { fmt::print(stderr, "  [{}] {}\n", m, line); });
+    fmt::print("{:<22} {:<14} {:<16} {:>5}  {}\n", m.empty() ? "(none)" : m, r.verdict,
+               r.op.empty() ? "-" : r.op, r.layer < 0 ? std::string("-") : std::to_string(r.layer),
+               r.where.empty() ? "-" : r.where);
+    if (!o.all_mutants) fmt::print("{}\n{}\n", r.summary(), r.detail);
+    unnoticed += r.verdict == "none" ? 1 : 0;
+    diverged += r.verdict == "none" ? 0 : 1;
+    out["results"].push_back({{"mutant", m},
+                              {"verdict", r.verdict},
+                              {"op", r.op},
+                              {"layer", r.layer},
+                              {"where", r.where},
+                              {"detail", r.detail},
+                              {"runs", r.runs}});
+  }
+  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  if (o.all_mutants) {
+    fmt::print("{} of {} mutants caught\n", diverged, mutants.size());
+    return unnoticed == 0 ? kExitPass : kExitFail;
+  }
+  return diverged ? kExitFail : kExitPass;
+#else
+  (void)o;
+  fmt::print(stderr, "dsv32 bisect: this build has no CUDA\n");
+  return kExitUsage;
+#endif
+}
+
+}  // namespace
+
+void add_bisect(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "bisect", "Name the op whose move across the eager boundary breaks a plan");
+  sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--case", o->case_name, "A registry case, generated now (e.g. mutant-bait)");
+  sub->add_option("--plan", o->plan, "The plan that misbehaves")->capture_default_str();
+  sub->add_option("--mutant", o->mutant, "Switch on a mutant of BOUNDARIES.md section 4");
+  sub->add_flag("--all-mutants", o->all_mutants, "Bisect every mutant in turn (a table)");
+  sub->add_option("--json", o->json, "Also write the results as JSON");
+  sub->callback([o, &exit_code] { exit_code = run(*o); });
+}
+
+}  // namespace dsv32::tools
