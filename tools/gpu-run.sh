@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole GPU run from a fresh checkout on a GPU machine: configure the `gpu` preset (sm_90),
-# build, run the `gpu` label, the main job and the GPU benchmarks (plans side by side; per op
+# build, run the `gpu` label, the main job, the mutants' bisect table and the GPU benchmarks (plans side by side; per op
 # against bandwidth floors); logs and JSON go to OUTDIR. DSV32_GPU_RUN_CPU=1 also runs the `cpu`
 # label there (CI runs it on every push; on a GPU machine it only costs time).
 # Usage: tools/gpu-run.sh OUTDIR
@@ -27,6 +27,8 @@ if [ "${DSV32_GPU_RUN_CPU:-0}" = 1 ]; then
   logged "$out/ctest-cpu.log" ctest --test-dir build/gpu -L cpu -j "$jobs" --output-on-failure
 fi
 logged "$out/selfcheck.log" ./build/gpu/tools/dsv32 selfcheck --json "$out/selfcheck.json"
+logged "$out/bisect.log" ./build/gpu/tools/dsv32 bisect --case mutant-bait --plan narrow \
+  --all-mutants --json "$out/bisect.json"
 logged "$out/bench-gpu.log" ./build/gpu/tools/dsv32 bench-gpu --repeats 10 --json "$out/bench-gpu.json"
 logged "$out/bench-gpu-per-op.log" ./build/gpu/tools/dsv32 bench-gpu --per-op --context 8192 \
   --repeats 10 --json "$out/bench-gpu-per-op.json"
