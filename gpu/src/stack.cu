@@ -723,8 +723,8 @@ class StackImpl final : public Stack::Impl {
                                      DType::int32, [](int v) { return static_cast<double>(v); }));
       lt.tensors.push_back(tensor_of("olat", w.olat_trace->get(), Ta, {H, L}));
       lt.tensors.push_back(floats_of("lse", w.lse->get(), Ta, {H}));
-      lt.tensors.push_back(
-          tensor_of("o", w.o->get(), Ta, {static_cast<std::int64_t>(H) * cfg.v_head_dim}));
+      lt.tensors.push_back(  // what uv_proj wrote (a mutant may write elsewhere than `o`)
+          tensor_of("o", o_ptr_[l], Ta, {static_cast<std::int64_t>(H) * cfg.v_head_dim}));
       lt.tensors.push_back(tensor_of("y", w.y->get(), Ta, {cfg.hidden_size}));
       tr.layers.push_back(std::move(lt));
     }

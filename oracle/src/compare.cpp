@@ -250,6 +250,51 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
   return r;
 }
 
+CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tensor& t1,
+                                std::int64_t tile) {
+  CompareResult r = measure(got, t0, 0.0, "one e4m3 quantum at tile scale + 2 * tile T1 spread");
+  if (r.refused) return r;
+  if (t1.shape != t0.shape || t0.shape.size() != 2 || tile < 1) {
+    r.refused = true;
+    r.pass = false;
+    r.note = "T1 shape or the tile does not match the values";
+    return r;
+  }
+  const std::int64_t rows = t0.shape[0], cols = t0.shape[1];
+  r.max_err = 0.0;
+  r.count_over = 0;
+  r.first_bad = -1;
+  for (std::int64_t row = 0; row < rows; ++row)
+    for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
+      const std::int64_t c1 = std::min(cols, c0 + tile);
+      double amax = 0.0, spread = 0.0;
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const std::int64_t k = row * cols + c;
+        amax = std::max({amax, std::fabs(t0.data[k]), std::fabs(t1.data[k])});
+        spread = std::max(spread, std::fabs(t1.data[k] - t0.data[k]));
+      }
+      const double scale = std::max(amax, 1e-30) / kE4m3Max;  // the cache's tile scale
+      for (std::int64_t c = c0; c < c1; ++c) {
+        const std::int64_t k = row * cols + c;
+        const double g = got.data[k], w = t0.data[k];
+        const double q = e4m3_quantum(std::fabs(w) / scale) * scale;
+        const double err = std::fabs(g - w);
+        if (!std::isnan(err)) r.max_err = std::max(r.max_err, err / q);
+        if (!(err <= q + 2 * spread) || std::isnan(g) != std::isnan(w)) {
+          if (r.first_bad < 0) {
+            r.first_bad = k;
+            r.got_at = g;
+            r.want_at = w;
+          }
+          ++r.count_over;
+        }
+      }
+    }
+  r.tol = 1.0;  // max_err is in quanta
+  r.pass = r.count_over == 0;
+  return r;
+}
+
 double index_score_eps(const Config& cfg, double abs_term_sum) {
   return gamma_fp32(static_cast<std::int64_t>(cfg.index_n_heads) * cfg.index_head_dim) *
          abs_term_sum;

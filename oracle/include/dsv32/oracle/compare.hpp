@@ -36,6 +36,12 @@ struct CompareResult {
 double round_to(DType dt, double v);
 double ulp_in(DType dt, double magnitude);
 
+/// The latent read back from an fp8_ds_mla cache (`c`, rows x L): within one e4m3 quantum at
+/// each element's magnitude (tile scale max|T0 of the tile| / 448, tiles of `tile` columns) plus
+/// twice the tile's T1 - T0 spread. max_err is reported in quanta.
+CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tensor& t1,
+                                std::int64_t tile);
+
 /// FlashAttention's floor in storage precision: 2 * max |(T0 + 0.3 - 0.3) - T0|, each op rounded.
 double fa_floor(const Tensor& t0, DType storage);
 /// gamma_n = n u / (1 - n u) with u = 2^-24: the fp32 bound on a length-n dot product.
