@@ -49,7 +49,8 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     }
     // The oracle follows the GPU's sets: invalid ones cannot be followed, so judging stops here.
     if (j.failures.size() > failures_before) return j;
-    const StepOptions follow = StepOptions::follow(cfg, gpu[s]);
+    // ... and its fp8 cache codes, judged by the `c` stage itself (one quantum).
+    const StepOptions follow = StepOptions::follow(cfg, gpu[s], /*cache_codes=*/true);
     want0.push_back(t0.step(in, follow));
     want1.push_back(t1.step(in, follow));
   }

@@ -136,11 +136,19 @@ TopkRows topk_rows(const LayerTrace& lt) {
   return m;
 }
 
-StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace) {
+StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace, bool cache_codes) {
   StepOptions o;
   o.topk_override.resize(cfg.num_layers);
   for (int l = 0; l < cfg.num_layers; ++l)
     if (cfg.is_full_layer(l)) o.topk_override[l] = topk_rows(trace.layers.at(l));
+  if (cache_codes && cfg.kv_cache == KvCache::fp8_ds_mla) {
+    o.latent_override.resize(cfg.num_layers);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      const Tensor& c = trace.layers.at(l).at("c");
+      const Eigen::Index rows = c.shape.at(0), cols = cfg.kv_lora_rank;
+      o.latent_override[l] = Eigen::Map<const Mat>(c.data.data(), rows, cols);
+    }
+  }
   return o;
 }
 
@@ -262,12 +270,24 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
       }
     }
     store(lat);
+    const Mat* follow_lat = static_cast<int>(opts.latent_override.size()) > l &&
+                                    opts.latent_override[l]
+                                ? &*opts.latent_override[l]
+                                : nullptr;
+    if (follow_lat && (follow_lat->rows() != Ta || follow_lat->cols() != L))
+      throw ScenarioError("latent override layer " + std::to_string(l) + ": shape " +
+                          std::to_string(follow_lat->rows()) + "x" +
+                          std::to_string(follow_lat->cols()) + ", expected " +
+                          std::to_string(Ta) + "x" + std::to_string(L));
+    Mat c_read(Ta, L);  // the trace's c: this run's own cache entries
     for (int t = 0; t < T; ++t) {
       if (in.slots[t] < 0) continue;
-      cache.kv.row(in.slots[t]) << lat.row(t), kR.row(t);
+      if (t < Ta) c_read.row(t) = lat.row(t);
+      if (follow_lat && t < Ta)
+        cache.kv.row(in.slots[t]) << follow_lat->row(t), kR.row(t);
+      else
+        cache.kv.row(in.slots[t]) << lat.row(t), kR.row(t);
     }
-    Mat c_read(Ta, L);
-    for (int t = 0; t < Ta; ++t) c_read.row(t) = cache.kv.row(in.slots[t]).head(L);
     keep("q_c", q_c, {Rq});
     keep("c", c_read, {L});
     keep("kR", kR, {dr});

@@ -50,6 +50,10 @@ struct Profile {
 using TopkRows = Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 struct StepOptions {
   std::vector<std::optional<TopkRows>> topk_override;  // indexed by layer; empty: own sets
+  /// Indexed by layer: (T_a, Lkv) latent values to store in the cache for the real rows in place
+  /// of this run's own (fp8_ds_mla: follow another run's cache codes); the trace's `c` stays
+  /// this run's own.
+  std::vector<std::optional<Mat>> latent_override;
   Profile* profile = nullptr;                          // per-op wall time when set
   /// Added to every position where RoPE uses it (not causality, not slots): RoPE is relative,
   /// so scores and outputs must not change beyond rounding (a metamorphic property).
@@ -57,7 +61,9 @@ struct StepOptions {
 
   /// Options that impose the F layers' sets of `trace` (e.g. T1 follows T0's sets, so that
   /// T1 - T0 measures rounding only and not a different selection near a tie).
-  static StepOptions follow(const Config& cfg, const StepTrace& trace);
+  /// With `cache_codes` (and an fp8_ds_mla cache), also store `trace`'s latent in the cache, so
+  /// a flipped e4m3 code of the other run does not propagate as a difference (GPU judging).
+  static StepOptions follow(const Config& cfg, const StepTrace& trace, bool cache_codes = false);
 };
 /// The "topk" stage of a layer trace as int rows.
 TopkRows topk_rows(const LayerTrace& lt);
