@@ -174,6 +174,11 @@ class StackImpl final : public Stack::Impl {
     check(cudaFuncSetAttribute(k::mqa_pv<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(k::mqa_pv_smem(d, mqa_heads_))),
           "sparse_mqa shared memory");
+    for (const void* f : {reinterpret_cast<const void*>(k::mqa_scores<S>),
+                          reinterpret_cast<const void*>(k::mqa_pv<S>)})
+      check(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared),
+            "sparse_mqa shared memory carveout");
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
