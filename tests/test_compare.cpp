@@ -47,6 +47,40 @@ TEST(Compare, NanNeverPasses) {
   EXPECT_TRUE(compare_abs(both, both, 0.0).pass);
 }
 
+TEST(Compare, Fp8CacheEntriesAllowOneQuantumAtTheTileScale) {
+  // Two rows of a 256-wide latent (two 128-column tiles), as an fp8_ds_mla cache holds it:
+  // codes times a tile scale amax / 448.
+  const int cols = 256;
+  std::vector<double> v(2 * cols);
+  const rng::Stream s(5, "c");
+  for (int i = 0; i < 2 * cols; ++i) v[i] = s.symmetric(i);
+  Tensor t0 = Tensor::from("c", {2, cols}, v, DType::bfloat16);
+  std::vector<double> scale(4);
+  for (int b = 0; b < 4; ++b) {
+    double amax = 0;
+    for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[b * 128 + i]));
+    scale[b] = amax / kE4m3Max;
+    for (int i = 0; i < 128; ++i) t0.data[b * 128 + i] = round_e4m3(v[b * 128 + i] / scale[b]) * scale[b];
+  }
+  const int k = 300;  // tile 2
+  const double q = e4m3_quantum(std::fabs(t0.data[k]) / scale[2]) * scale[2];
+  Tensor flipped = t0;
+  flipped.data[k] += q;  // the neighbouring code
+  EXPECT_TRUE(compare_fp8_cache(flipped, t0, t0, 128).pass);
+  Tensor two = t0;
+  two.data[k] += 2 * q;
+  const CompareResult r = compare_fp8_cache(two, t0, t0, 128);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.first_bad, k);
+  // A T1 spread in the tile widens it by twice the spread.
+  Tensor t1 = t0;
+  t1.data[k + 1] += q;
+  EXPECT_TRUE(compare_fp8_cache(two, t0, t1, 128).pass);
+  Tensor nan = t0;
+  nan.data[7] = std::nan("");
+  EXPECT_FALSE(compare_fp8_cache(nan, t0, t0, 128).pass);
+}
+
 TEST(Compare, VacuousGatesAreRefused) {
   const Tensor t0 = random_tensor("y", 256, 3);
   const Tensor far = random_tensor("y", 256, 4);  // unrelated "T1": 2 max|T1-T0| ~ 4

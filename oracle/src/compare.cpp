@@ -91,6 +91,22 @@ void refuse_if_vacuous(CompareResult& r, const Tensor& t0, DType storage) {
   }
 }
 
+/// One element of a quantized comparison: max_err in quanta q; over when |g - w| > q + slack,
+/// when `ok` is false, or when only one of them is NaN.
+void count_in_quanta(CompareResult& r, std::int64_t k, double g, double w, double q, double slack,
+                     bool ok = true) {
+  const double err = std::fabs(g - w);
+  if (!std::isnan(err)) r.max_err = std::max(r.max_err, err / q);
+  if (!ok || !(err <= q + slack) || std::isnan(g) != std::isnan(w)) {
+    if (r.first_bad < 0) {
+      r.first_bad = k;
+      r.got_at = g;
+      r.want_at = w;
+    }
+    ++r.count_over;
+  }
+}
+
 }  // namespace
 
 std::string CompareResult::summary() const {
@@ -230,16 +246,7 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
       const std::int64_t k = b * block + i;
       const double g = got_vals.data[k] * sg, w = want_vals.data[k] * sw;
       const double q = e4m3_quantum(want_vals.data[k]) * std::max(sg, sw);
-      const double err = std::fabs(g - w);
-      if (!std::isnan(err)) r.max_err = std::max(r.max_err, err / q);
-      if (!scale_ok || !(err <= q + 2 * spread) || std::isnan(g) != std::isnan(w)) {
-        if (r.first_bad < 0) {
-          r.first_bad = k;
-          r.got_at = g;
-          r.want_at = w;
-        }
-        ++r.count_over;
-      }
+      count_in_quanta(r, k, g, w, q, 2 * spread, scale_ok);
     }
   }
   r.tol = 1.0;  // max_err is in quanta
@@ -277,17 +284,7 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
       for (std::int64_t c = c0; c < c1; ++c) {
         const std::int64_t k = row * cols + c;
         const double g = got.data[k], w = t0.data[k];
-        const double q = e4m3_quantum(std::fabs(w) / scale) * scale;
-        const double err = std::fabs(g - w);
-        if (!std::isnan(err)) r.max_err = std::max(r.max_err, err / q);
-        if (!(err <= q + 2 * spread) || std::isnan(g) != std::isnan(w)) {
-          if (r.first_bad < 0) {
-            r.first_bad = k;
-            r.got_at = g;
-            r.want_at = w;
-          }
-          ++r.count_over;
-        }
+        count_in_quanta(r, k, g, w, e4m3_quantum(std::fabs(w) / scale) * scale, 2 * spread);
       }
     }
   r.tol = 1.0;  // max_err is in quanta
