@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <omp.h>
 #include <stdexcept>
 
 #include "dsv32/oracle/numerics.hpp"
@@ -14,6 +15,30 @@ namespace dsv32 {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// y = x * w^T (a projection: w is out x in). Eigen parallelises a product over the rows of its
+/// result, so with few rows (decode) one core idles; then the weight's rows (y's columns) are
+/// split into pieces over the OpenMP threads instead, each part a single-threaded Eigen product (Eigen does
+/// not parallelise inside an OpenMP parallel region).
+template <class X>
+void project(Mat& y, const X& x, const Mat& w) {
+  const int threads = omp_get_max_threads();
+  // Full-size products only: the committed goldens (tiny configs) keep Eigen's own blocking,
+  // whose last bits a different split could change.
+  if (threads < 2 || x.rows() > 256 || w.rows() < 128 || w.cols() < 512) {
+    y.noalias() = x * w.transpose();
+    return;
+  }
+  // Pieces of at most 1024 weight rows (Eigen's packing workspace per product stays small), at
+  // least one per thread.
+  y.resize(x.rows(), w.rows());
+  const Eigen::Index chunk = std::min<Eigen::Index>(1024, (w.rows() + threads - 1) / threads);
+  const Eigen::Index pieces = (w.rows() + chunk - 1) / chunk;
+  detail::parallel_for(static_cast<int>(pieces), [&](int i) {
+    const Eigen::Index c0 = i * chunk, n = std::min(chunk, w.rows() - c0);
+    y.middleCols(c0, n).noalias() = x * w.middleRows(c0, n).transpose();
+  });
+}
 
 using ConstMap = Eigen::Map<const Mat>;
 using RowSpan = std::span<double>;
@@ -249,7 +274,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     store(x);
     lap("input_norm");
     Mat qkv;
-    qkv.noalias() = x * lw.w_qkv_a.transpose();
+    project(qkv, x, lw.w_qkv_a);
     store(qkv);
     lap("qkv_a_proj");
 
@@ -295,7 +320,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
 
     // q_b_proj, uk_absorb, fused_q (MLA part)
     Mat q;
-    q.noalias() = q_c * lw.w_q_b.transpose();
+    project(q, q_c, lw.w_q_b);
     store(q);
     lap("q_b_proj");
     Mat ql(T, static_cast<Eigen::Index>(H) * L), qR(T, static_cast<Eigen::Index>(H) * dr);
@@ -323,12 +348,12 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     if (c.is_full_layer(l)) {
       const IndexerWeights& iw = *lw.indexer;
       Mat qI, kw;
-      kw.noalias() = x * indexer_kw_[l].transpose();  // one GEMM: [kraw | w]
+      project(kw, x, indexer_kw_[l]);  // one GEMM: [kraw | w]
       store(kw);
       const auto kraw = kw.leftCols(dI);
       const auto wts = kw.rightCols(HI);
       lap("indexer_wk_proj");
-      qI.noalias() = q_c * iw.w_q_b.transpose();
+      project(qI, q_c, iw.w_q_b);
       store(qI);
       lap("indexer_wq_b");
       const auto rotate_quantize = [&](RowSpan v, int pos, double& scale) {
@@ -461,7 +486,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     store(o);
     lap("uv_proj");
     Mat y;
-    y.noalias() = o * lw.w_o.transpose();
+    project(y, o, lw.w_o);
     store(y);
     lap("o_proj");
     keep("o", o, {static_cast<std::int64_t>(H) * dv});
