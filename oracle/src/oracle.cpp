@@ -18,8 +18,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// y = x * w^T (a projection: w is out x in). Eigen parallelises a product over the rows of its
 /// result, so with few rows (decode) one core idles; then the weight's rows (y's columns) are
-/// split into pieces over the OpenMP threads instead, each part a single-threaded Eigen product (Eigen does
-/// not parallelise inside an OpenMP parallel region).
+/// split into pieces over the OpenMP threads instead, each a single-threaded Eigen product
+/// (Eigen does not parallelise inside an OpenMP parallel region).
 template <class X>
 void project(Mat& y, const X& x, const Mat& w) {
   const int threads = omp_get_max_threads();
