@@ -77,11 +77,7 @@ TEST_P(MutantCaught, TheSuiteFailsAndBisectNamesTheOp) {
   const gpu::Plan plan = gpu::mutate_plan(gpu::plan_preset(e.plan, gc.cfg), e.mutant);
   const std::string stack_mutant = gpu::is_plan_mutant(e.mutant) ? "" : e.mutant;
   const auto run = [&](const gpu::Plan& p) {
-    gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture_size(gc.steps));
-    stack.set_mutant(stack_mutant);
-    std::vector<StepTrace> out;
-    for (const StepInput& in : gc.steps) out.push_back(stack.run(p, in));
-    return out;
+    return gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps, p, stack_mutant);
   };
   const std::vector<StepTrace> eager = run(gpu::plan_preset("eager", gc.cfg));
   const std::vector<StepTrace> got = run(plan);

@@ -23,9 +23,8 @@ using testing::max_capture;
 
 /// Runs every step of a case on the GPU and judges it; failures carry the replay command.
 std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::string& replay) {
-  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
-  std::vector<StepTrace> got;
-  for (const StepInput& in : gc.steps) got.push_back(stack.step(in));
+  const std::vector<StepTrace> got = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
+                                                    gpu::plan_preset("eager", gc.cfg));
   const gpu::Judgement j =
       gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
   std::vector<std::string> bad;

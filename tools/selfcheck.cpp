@@ -71,11 +71,8 @@ Verdict goldens(const Options& o) {
 void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
   const int T = max_capture_size(gc.steps);
   const auto w = std::make_shared<const Weights>(gc.weights);
-  std::vector<StepTrace> eager;
-  {
-    gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, T);
-    for (const StepInput& in : gc.steps) eager.push_back(stack.step(in));
-  }
+  const std::vector<StepTrace> eager = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks,
+                                                      gc.steps, gpu::plan_preset("eager", gc.cfg));
   const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
   rows.push_back(
       {"gpu eager vs oracle (T2 vs T0/T1)", j.failures.empty() && j.stages > 0 ? "pass" : "FAIL",

@@ -35,10 +35,7 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
   const std::string stack_mutant = is_plan_mutant(mutant) ? "" : mutant;
   BisectReport rep;
   const auto run = [&](const Plan& p, const std::string& what) {
-    Stack stack(cfg, *weights, num_blocks, max_capture_size(steps));
-    if (!stack_mutant.empty()) stack.set_mutant(stack_mutant);
-    std::vector<StepTrace> out;
-    for (const StepInput& in : steps) out.push_back(stack.run(p, in));
+    std::vector<StepTrace> out = run_steps(cfg, *weights, num_blocks, steps, p, stack_mutant);
     ++rep.runs;
     if (progress) progress("run " + std::to_string(rep.runs) + ": " + what);
     return out;

@@ -140,7 +140,7 @@ class StackImpl final : public Stack::Impl {
     for (auto& ld : layers_) o_ptr_.push_back(ld.o->get());
     slots_ = zeros<long long>(T);
     request_of_token_ = zeros<int>(T);
-    max_blocks_ = (num_blocks + 0);  // a request can own at most every block
+    max_blocks_ = num_blocks;  // a request can own at most every block
     block_table_ = zeros<int>(T * static_cast<std::size_t>(max_blocks_), 0xFF);
     max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
     scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
@@ -236,27 +236,18 @@ class StackImpl final : public Stack::Impl {
 
   double time_step(const Plan& plan, const StepInput& in, int repeats) override {
     run(plan, in, false);  // warm-up; captures on first use
-    const int T = in.capture_size;
-    auto it = captures_.find({plan.name, T});
-    cudaEvent_t a, b;
-    check(cudaEventCreate(&a), "event");
-    check(cudaEventCreate(&b), "event");
-    check(cudaEventRecord(a, stream_), "event");
-    for (int i = 0; i < repeats; ++i) {
-      if (!plan.capture) {
-        for (int l = 0; l < cfg.num_layers; ++l)
-          for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
-      } else {
-        it->second->replay();
-      }
-    }
-    check(cudaEventRecord(b, stream_), "event");
-    check(cudaEventSynchronize(b), "event");
-    float ms = 0.f;
-    check(cudaEventElapsedTime(&ms, a, b), "event");
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ms / repeats;
+    const auto it = captures_.find({plan.name, in.capture_size});
+    return elapsed_ms("time step", [&] {
+             for (int i = 0; i < repeats; ++i) {
+               if (!plan.capture) {
+                 for (int l = 0; l < cfg.num_layers; ++l)
+                   for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+               } else {
+                 it->second->replay();
+               }
+             }
+           }) /
+           repeats;
   }
 
   std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
@@ -266,22 +257,14 @@ class StackImpl final : public Stack::Impl {
     upload_step(in);
     std::vector<std::string> ops = eager.ops(cfg, 0);
     ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
-    cudaEvent_t a, b;
-    check(cudaEventCreate(&a), "event");
-    check(cudaEventCreate(&b), "event");
     std::vector<std::pair<std::string, double>> out;
     for (const std::string& op : ops) {
       run_op(0, op);  // warm-up
-      check(cudaEventRecord(a, stream_), "event");
-      for (int i = 0; i < repeats; ++i) run_op(0, op);
-      check(cudaEventRecord(b, stream_), "event");
-      check(cudaEventSynchronize(b), ("time op " + op).c_str());
-      float ms = 0.f;
-      check(cudaEventElapsedTime(&ms, a, b), "event");
-      out.emplace_back(op, static_cast<double>(ms) / repeats);
+      const double ms = elapsed_ms(("time op " + op).c_str(), [&] {
+        for (int i = 0; i < repeats; ++i) run_op(0, op);
+      });
+      out.emplace_back(op, ms / repeats);
     }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
     return out;
   }
 
@@ -363,6 +346,27 @@ class StackImpl final : public Stack::Impl {
   }
 
  private:
+  /// Milliseconds the work `launch` enqueues on the stack's stream takes (CUDA events).
+  template <class F>
+  double elapsed_ms(const char* what, F&& launch) {
+    struct Events {
+      cudaEvent_t a = nullptr, b = nullptr;
+      ~Events() {
+        if (a) cudaEventDestroy(a);
+        if (b) cudaEventDestroy(b);
+      }
+    } e;
+    check(cudaEventCreate(&e.a), what);
+    check(cudaEventCreate(&e.b), what);
+    check(cudaEventRecord(e.a, stream_), what);
+    launch();
+    check(cudaEventRecord(e.b, stream_), what);
+    check(cudaEventSynchronize(e.b), what);
+    float ms = 0.f;
+    check(cudaEventElapsedTime(&ms, e.a, e.b), what);
+    return ms;
+  }
+
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
     LayerDev<S> ld;
     const auto up = [](const auto& m) {
@@ -772,6 +776,17 @@ Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_
 }
 
 Stack::~Stack() = default;
+
+std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int num_blocks,
+                                 const std::vector<StepInput>& steps, const Plan& plan,
+                                 const std::string& mutant, int* captures) {
+  Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
+  if (!mutant.empty()) stack.set_mutant(mutant);
+  std::vector<StepTrace> out;
+  for (const StepInput& in : steps) out.push_back(stack.run(plan, in));
+  if (captures) *captures = stack.capture_count();
+  return out;
+}
 
 StepTrace Stack::step(const StepInput& in) {
   return impl_->run(plan_preset("eager", impl_->cfg), in, false);

@@ -17,12 +17,7 @@ namespace dsv32::testing {
 inline std::vector<StepTrace> run_plan(const Config& cfg, const Weights& w, int num_blocks,
                                        const std::vector<StepInput>& steps,
                                        const std::string& plan, int* captures = nullptr) {
-  gpu::Stack stack(cfg, w, num_blocks, max_capture_size(steps));
-  const gpu::Plan p = gpu::plan_preset(plan, cfg);
-  std::vector<StepTrace> out;
-  for (const StepInput& in : steps) out.push_back(stack.run(p, in));
-  if (captures) *captures = stack.capture_count();
-  return out;
+  return gpu::run_steps(cfg, w, num_blocks, steps, gpu::plan_preset(plan, cfg), "", captures);
 }
 
 /// "" when `eager` passes the oracle's gates (TESTING.md) on every step and each of `plans` gives

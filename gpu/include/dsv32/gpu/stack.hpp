@@ -62,4 +62,11 @@ class Stack {
   std::unique_ptr<Impl> impl_;
 };
 
+/// Runs `steps` in order under `plan` on a fresh stack sized for them, with the stack mutant
+/// `mutant` switched on ("" none); `captures` receives how many captures the stack held at the
+/// end. What the plan tests, the mutant tests and bisect all run.
+std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int num_blocks,
+                                 const std::vector<StepInput>& steps, const Plan& plan,
+                                 const std::string& mutant = "", int* captures = nullptr);
+
 }  // namespace dsv32::gpu
