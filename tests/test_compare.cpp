@@ -92,7 +92,7 @@ TEST(Compare, VacuousGatesAreRefused) {
   EXPECT_TRUE(compare_abs(random_tensor("y", 3, 1), t0, 0).refused);  // shape mismatch
 }
 
-TEST(Compare, Fp32GateUsesGammaOfTheLongestDot) {
+TEST(Compare, Fp32GateUsesGammaOfItsDotLength) {
   EXPECT_NEAR(gamma_fp32(1024), 1024 * 0x1p-24 / (1 - 1024 * 0x1p-24), 1e-18);
   const Tensor t0 = random_tensor("y", 1000, 5);
   const Tensor f = rounded(t0, DType::float32);

@@ -191,9 +191,9 @@ CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1
   return r;
 }
 
-CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t longest_dot) {
-  const double tol = 2.0 * gamma_fp32(longest_dot) * max_abs(t0);
-  CompareResult r = measure(got, t0, tol, "2*gamma_n*max|T0|, n=" + std::to_string(longest_dot));
+CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n) {
+  const double tol = 2.0 * gamma_fp32(n) * max_abs(t0);
+  CompareResult r = measure(got, t0, tol, "2*gamma_n*max|T0|, n=" + std::to_string(n));
   refuse_if_vacuous(r, t0, DType::float32);
   r.pass = r.pass && !r.refused;
   return r;

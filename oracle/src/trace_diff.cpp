@@ -73,12 +73,6 @@ std::string StageDiff::where() const {
          (layer < 0 ? std::string() : "layer" + std::to_string(layer) + "/") + stage;
 }
 
-std::int64_t longest_dot(const Config& c) {
-  return std::max<std::int64_t>({c.hidden_size, c.q_lora_rank, c.kv_lora_rank + c.qk_rope_head_dim,
-                                 static_cast<std::int64_t>(c.num_heads) * c.v_head_dim,
-                                 c.qk_nope_head_dim, c.index_topk});
-}
-
 std::int64_t fp32_chain_dot(const Config& c, int layer) {
   const std::int64_t per_layer =
       2 * std::int64_t{c.hidden_size} + c.q_lora_rank + c.qk_nope_head_dim +
@@ -94,13 +88,12 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
   // layer: the stage's layer, -1 for the step's output.
   const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1, int layer) {
     if (cfg.precision == Precision::fp32) return compare_fp32(g, x0, fp32_chain_dot(cfg, layer));
-    // Under an fp8 latent cache, c and everything computed from it resolve to e4m3 quanta:
+    // Under an fp8 latent cache, everything computed from it resolves to e4m3 quanta:
     // attention's outputs and what follows them in the layer, and every stage of later layers
-    // (the residual stream carries them on).
+    // (the residual stream carries them on). `c` itself has the quantized rule (below).
     const bool fp8_limited =
         cfg.kv_cache == KvCache::fp8_ds_mla &&
-        (layer != 0 || x0.name == "c" || x0.name == "olat" || x0.name == "lse" ||
-         x0.name == "o" || x0.name == "y");
+        (layer != 0 || x0.name == "olat" || x0.name == "lse" || x0.name == "o" || x0.name == "y");
     return compare_bf16(g, x0, x1, storage_dtype(cfg, x0.name),
                         fp8_limited ? DType::float8_e4m3fn : DType::bfloat16);
   };

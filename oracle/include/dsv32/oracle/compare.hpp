@@ -55,8 +55,9 @@ double vacuity_cap(const Tensor& t0, DType precision);
 /// cap is taken in bf16 (the pipeline's precision) whatever the stage's storage dtype.
 CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage,
                            DType cap_precision = DType::bfloat16);
-/// fp32-precision gate: max|got - T0| <= 2 gamma_n max|T0|, n = the longest dot product.
-CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t longest_dot);
+/// fp32-precision gate: max|got - T0| <= 2 gamma_n max|T0|, n the dot length the error is
+/// bounded over (diff_traces passes fp32_chain_dot).
+CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n);
 /// Fixed-tolerance compare (bitwise when tol == 0), e.g. plan vs eager.
 CompareResult compare_abs(const Tensor& got, const Tensor& want, double tol);
 /// Quantized blocks: values dequantized with their scales must agree within one e4m3 quantum at

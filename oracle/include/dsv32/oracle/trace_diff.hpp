@@ -29,8 +29,6 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
                                    const std::vector<StepTrace>& t0,
                                    const std::vector<StepTrace>& t1);
 
-/// The longest dot product of a config.
-std::int64_t longest_dot(const Config& cfg);
 /// The n of gamma_n in the fp32 gate of a stage of layer `layer` (-1: the step's output): the
 /// dot lengths along one layer's chain of products (input norm, qkv_a, q_b, uk, index scores,
 /// attention scores, P.V, uv, o_proj), once per layer up to and including this one. To first
