@@ -45,14 +45,11 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
   // A data bug: eager itself is wrong. Named by the first stage the oracle rejects.
   const Judgement j = judge(cfg, weights, num_blocks, steps, base);
   if (!j.failures.empty()) {
-    const std::string& f = j.failures.front();
     rep.verdict = "data";
-    rep.where = f.substr(0, f.find(' '));
-    const std::string stage = rep.where.substr(rep.where.rfind('/') + 1);
-    rep.op = op_of(stage);
-    if (const auto at = rep.where.find("/layer"); at != std::string::npos)
-      rep.layer = std::stoi(rep.where.substr(at + 6));
-    rep.detail = f;
+    rep.where = Divergence{j.first_step, j.first_layer, j.first_stage, ""}.where();
+    rep.op = op_of(j.first_stage);
+    rep.layer = j.first_layer;
+    rep.detail = j.failures.front();
     return rep;
   }
   const auto differs = [&](const std::vector<StepTrace>& got) {

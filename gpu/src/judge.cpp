@@ -1,10 +1,20 @@
 #include "dsv32/gpu/judge.hpp"
 
 #include <map>
+#include <utility>
 
 #include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32::gpu {
+namespace {
+
+/// Records a failure, and where it is when it is the first.
+void fail(Judgement& j, int step, int layer, const std::string& stage, std::string line) {
+  if (j.failures.empty()) j.first_step = step, j.first_layer = layer, j.first_stage = stage;
+  j.failures.push_back(std::move(line));
+}
+
+}  // namespace
 
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu) {
@@ -43,8 +53,9 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         const std::vector<int> row(rows.row(t).data(), rows.row(t).data() + K);
         ++j.topk_rows;
         if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
-          j.failures.push_back("step" + std::to_string(s) + "/layer" + std::to_string(l) +
-                               "/topk token " + std::to_string(t) + ": " + why);
+          fail(j, static_cast<int>(s), l, "topk",
+               "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/topk token " +
+                   std::to_string(t) + ": " + why);
       }
     }
     // The oracle follows the GPU's sets: invalid ones cannot be followed, so judging stops here.
@@ -58,12 +69,12 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     ++j.stages;
     if (!d.result.pass) {
       j.vacuous += d.result.vacuous ? 1 : 0;
-      j.failures.push_back(d.where() + " (op " + std::string(stage_op(d.stage)) +
-                           "): " + d.result.summary());
+      fail(j, d.step, d.layer, d.stage,
+           d.where() + " (op " + std::string(stage_op(d.stage)) + "): " + d.result.summary());
       continue;
     }
     // Quantized stages report quanta and top-k rows counts: only tolerance gates give a ratio.
-    const bool gated = d.stage != "topk" && d.result.rule.find("quantum") == std::string::npos;
+    const bool gated = d.stage != "topk" && !d.result.in_quanta;
     const double ratio = gated && d.result.tol > 0 ? d.result.max_err / d.result.tol : 0.0;
     if (ratio > j.worst) j.worst = ratio, j.worst_where = d.where();
   }

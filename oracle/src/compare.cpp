@@ -250,6 +250,7 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
     }
   }
   r.tol = 1.0;  // max_err is in quanta
+  r.in_quanta = true;
   if (scale_flips)
     r.note =
         std::to_string(scale_flips) + " block scale(s) differ by 2x at a power-of-two boundary";
@@ -288,6 +289,7 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
       }
     }
   r.tol = 1.0;  // max_err is in quanta
+  r.in_quanta = true;
   r.pass = r.count_over == 0;
   return r;
 }

@@ -13,6 +13,9 @@ namespace dsv32::gpu {
 /// What judging one run found.
 struct Judgement {
   std::vector<std::string> failures;  // one line each: where, what, both values
+  // Where the first failure is: step, layer (-1: the output), stage ("topk" for a set).
+  int first_step = -1, first_layer = -1;
+  std::string first_stage;
   double worst = 0.0;                 // max over gated stages of max_err / tol
   std::string worst_where;
   int stages = 0;  // stages compared

@@ -18,6 +18,7 @@ struct CompareResult {
   bool pass = false;
   bool refused = false;         // the gate itself was vacuous or the inputs unusable
   bool vacuous = false;         // refused because the reference's own gate exceeds the cap
+  bool in_quanta = false;       // max_err counts e4m3 quanta (quantized rules; tol is 1)
   std::string rule;             // how the tolerance was formed
   double max_err = 0.0;         // max |got - want|
   double tol = 0.0;             // the gate on max_err
