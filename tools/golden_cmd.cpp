@@ -55,14 +55,13 @@ int generate(const Options& o) {
   const std::string generator = o.generator.empty() ? generator_string("golden") : o.generator;
   nlohmann::json manifest;
   fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "case", "steps", "bytes", "seconds", "file");
-  for (const golden::CaseSpec& c : todo) {
-    const golden::CaseSpec* spec = &c;
+  for (const golden::CaseSpec& spec : todo) {
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string path = (std::filesystem::path(o.out) / (spec->name + ".h5")).string();
-    const golden::GoldenCase gc = golden::generate(*spec, generator, [&](int s, int n) {
-      fmt::print(stderr, "\r  {}: step {}/{}", spec->name, s, n);
+    const std::string path = (std::filesystem::path(o.out) / (spec.name + ".h5")).string();
+    const golden::GoldenCase gc = golden::generate(spec, generator, [&](int s, int n) {
+      fmt::print(stderr, "\r  {}: step {}/{}", spec.name, s, n);
     });
-    fmt::print(stderr, "\r  {}: writing{:20}\r", spec->name, "");
+    fmt::print(stderr, "\r  {}: writing{:20}\r", spec.name, "");
     long datasets = 0;
     golden::write(path, gc, [&] {
       ++datasets;
@@ -73,12 +72,12 @@ int generate(const Options& o) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto bytes = std::filesystem::file_size(path);
-    fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}\n", spec->name, gc.steps.size(), bytes, secs,
+    fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}\n", spec.name, gc.steps.size(), bytes, secs,
                path);
     manifest["cases"].push_back(
-        {{"case", spec->name},
-         {"file", spec->name + ".h5"},
-         {"description", spec->description},
+        {{"case", spec.name},
+         {"file", spec.name + ".h5"},
+         {"description", spec.description},
          {"bytes", bytes},
          {"fnv1a64", fmt::format("{:016x}", fnv1a_file(path))},
          {"steps", gc.steps.size()},
