@@ -33,5 +33,10 @@ if(DSV32_ENABLE_CUDA)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(DSV32_HAVE_CUDA ON)
+    # Tensor parallelism (gpu/tp.hpp) needs NCCL; without it tp > 1 reports why and its tests
+    # skip.
+    if(DSV32_ENABLE_NCCL)
+      find_package(NCCL 2.18)
+    endif()
   endif()
 endif()

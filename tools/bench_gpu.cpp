@@ -13,6 +13,7 @@
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/tp.hpp"
 #endif
 
 namespace dsv32::tools {
@@ -28,6 +29,7 @@ struct Options {
   bool per_op = false;
   std::vector<std::string> per_op_presets = {"dsv32", "dsv32-tp4"};
   std::vector<int> per_op_tokens = {1, 8, 64, 512};
+  std::vector<int> tp = {1};
 };
 
 #if DSV32_HAVE_CUDA
@@ -181,30 +183,38 @@ int run(const Options& o) {
   for (int n : o.decode) max_batch = std::max(max_batch, n);
   const int per = (o.context + 1 + cfg.block_size - 1) / cfg.block_size;
   const int blocks = max_batch * per;
-  gpu::Stack stack(cfg, w, blocks, max_batch);
   fmt::print("bench-gpu: {} ({} layers), context {}, {} timed replays per cell, {}\n", o.preset,
              o.layers, o.context, o.repeats, gpu::device_summary());
-  std::string head = fmt::format("{:>6}", "T");
-  for (const std::string& p : gpu::plan_names()) head += fmt::format(" {:>16}", p);
-  fmt::print("{}\n", head);
   nlohmann::json out;
   out["preset"] = o.preset;
   out["layers"] = o.layers;
   out["context"] = o.context;
-  for (int n : o.decode) {
-    const StepInput in = decode_step(cfg, n, o.context, blocks);
-    stack.synthesize_context(in);
-    std::string line = fmt::format("{:>6}", n);
-    double eager_ms = 0;
-    nlohmann::json row{{"T", n}};
-    for (const std::string& name : gpu::plan_names()) {
-      const double ms = stack.time_step(gpu::plan_preset(name, cfg), in, o.repeats);
-      if (name == "eager") eager_ms = ms;
-      line += fmt::format(" {:>8.3f} ({:4.2f}x)", ms, eager_ms / ms);
-      row["ms"][name] = ms;
+  for (int tp : o.tp) {
+    // Tensor-parallel: each of tp GPUs holds H / tp heads; a step's time is its slowest rank's.
+    if (const std::string why = gpu::no_tp_reason(tp); !why.empty()) {
+      fmt::print("tp {}: not run: {}\n", tp, why);
+      out["not_run"][std::to_string(tp)] = why;
+      continue;
     }
-    fmt::print("{}\n", line);
-    out["rows"].push_back(row);
+    gpu::TpGroup group(cfg, w, tp, blocks, max_batch);
+    std::string head = fmt::format("tp {} ({} heads a GPU)\n{:>6}", tp, cfg.num_heads / tp, "T");
+    for (const std::string& p : gpu::plan_names()) head += fmt::format(" {:>16}", p);
+    fmt::print("{}\n", head);
+    for (int n : o.decode) {
+      const StepInput in = decode_step(cfg, n, o.context, blocks);
+      group.synthesize_context(in);
+      std::string line = fmt::format("{:>6}", n);
+      double eager_ms = 0;
+      nlohmann::json row{{"T", n}, {"tp", tp}};
+      for (const std::string& name : gpu::plan_names()) {
+        const double ms = group.time_step(gpu::plan_preset(name, cfg), in, o.repeats);
+        if (name == "eager") eager_ms = ms;
+        line += fmt::format(" {:>8.3f} ({:4.2f}x)", ms, eager_ms / ms);
+        row["ms"][name] = ms;
+      }
+      fmt::print("{}\n", line);
+      out["rows"].push_back(row);
+    }
   }
   fmt::print("cells: ms per step (speed-up over eager)\n");
   if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
@@ -228,6 +238,10 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
   sub->add_option("--context", o->context, "Cached tokens per request")->capture_default_str();
   sub->add_option("--decode", o->decode, "Decode batch sizes")->capture_default_str();
   sub->add_option("--repeats", o->repeats, "Timed replays per cell")->check(CLI::PositiveNumber);
+  sub->add_option("--tp", o->tp,
+                  "Tensor-parallel sizes, one table each (tp GPUs, num_heads / tp heads each)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   sub->add_option("--json", o->json, "Also write the results as JSON");
   sub->add_flag("--per-op", o->per_op,
                 "Per-op times of one F layer against bandwidth floors (--context, --repeats)");

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   dsv32::tools::add_diff(app, exit_code);
   dsv32::tools::add_gpu(app, exit_code);
   dsv32::tools::add_bisect(app, exit_code);
+  dsv32::tools::add_resource_spec(app, exit_code);
   dsv32::tools::add_bench_oracle(app, exit_code);
   dsv32::tools::add_bench_gpu(app, exit_code);
   try {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole GPU run from a fresh checkout on a GPU machine: configure the `gpu` preset (sm_90),
-# build, run the `gpu` label, the main job, the mutants' bisect table and the GPU benchmarks (plans side by side; per op
-# against bandwidth floors); logs and JSON go to OUTDIR. DSV32_GPU_RUN_CPU=1 also runs the `cpu`
-# label there (CI runs it on every push; on a GPU machine it only costs time).
+# build, run the `gpu` label spread over every visible GPU (CTest resource groups; the
+# tensor-parallel tests take several), the main job, the mutants' bisect table and the GPU
+# benchmarks (plans side by side, at tp 1, 2 and 4 where the GPUs allow; per op against bandwidth
+# floors); logs and JSON go to OUTDIR. DSV32_GPU_RUN_CPU=1 also runs the `cpu` label there (CI
+# runs it on every push; on a GPU machine it only costs time). NVLink multicast stays off.
 # Usage: tools/gpu-run.sh OUTDIR
 set -uo pipefail
 out=$(mkdir -p "${1:-out/gpu-run}" && cd "${1:-out/gpu-run}" && pwd)
@@ -22,7 +24,17 @@ logged() {
 { nvidia-smi; nvcc --version; cmake --version | head -n1; } >"$out/machine.txt" 2>&1
 logged "$out/build.log" cmake --preset gpu
 logged "$out/build.log" cmake --build --preset gpu -j "$jobs"
-logged "$out/ctest-gpu.log" ctest --preset gpu -j 1 --output-junit "$out/ctest-gpu.xml"
+# Two single-GPU tests share a GPU at a time; a tensor-parallel test takes whole GPUs.
+export NCCL_NVLS_ENABLE=0
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+logged "$out/build.log" ./build/gpu/tools/dsv32 resource-spec --slots-per-gpu 2
+export DSV32_GPU_BINDING_LOG="$out/gpu-binding.log"
+: >"$DSV32_GPU_BINDING_LOG"
+logged "$out/ctest-gpu.log" ctest --preset gpu -j "$((2 * (gpus > 0 ? gpus : 1)))" \
+  --resource-spec-file build/gpu/ctest-resources.json --output-junit "$out/ctest-gpu.xml"
+unset DSV32_GPU_BINDING_LOG
+echo "== GPU tests per device (CUDA_VISIBLE_DEVICES each test process got):" | tee -a "$out/ctest-gpu.log"
+awk '{print $1}' "$out/gpu-binding.log" | sort | uniq -c | tee -a "$out/ctest-gpu.log"
 if [ "${DSV32_GPU_RUN_CPU:-0}" = 1 ]; then
   logged "$out/ctest-cpu.log" ctest --test-dir build/gpu -L cpu -j "$jobs" --output-on-failure
 fi
@@ -30,6 +42,10 @@ logged "$out/selfcheck.log" ./build/gpu/tools/dsv32 selfcheck --json "$out/selfc
 logged "$out/bisect.log" ./build/gpu/tools/dsv32 bisect --case mutant-bait --plan narrow \
   --all-mutants --json "$out/bisect.json"
 logged "$out/bench-gpu.log" ./build/gpu/tools/dsv32 bench-gpu --repeats 10 --json "$out/bench-gpu.json"
+if [ "$gpus" -ge 2 ]; then
+  logged "$out/bench-gpu-tp.log" ./build/gpu/tools/dsv32 bench-gpu --preset dsv32 --layers 2 \
+    --tp 1 2 4 --repeats 10 --json "$out/bench-gpu-tp.json"
+fi
 logged "$out/bench-gpu-per-op.log" ./build/gpu/tools/dsv32 bench-gpu --per-op --context 8192 \
   --repeats 10 --json "$out/bench-gpu-per-op.json"
 grep -hE "tests passed|tests failed" "$out"/ctest-*.log

@@ -1,6 +1,7 @@
-// `dsv32 gpu GOLDEN.h5 --plan P [--dump OUT.h5]`: runs a golden case's steps on the GPU under a
-// plan, judges the run against the oracle, and optionally writes the GPU's trace as a golden-
-// schema file (in `expected` and `emulated`) that `dsv32 diff OUT.h5 GOLDEN.h5` reads.
+// `dsv32 gpu GOLDEN.h5 --plan P [--tp N] [--dump OUT.h5]`: runs a golden case's steps on the GPU
+// under a plan (with --tp, on N GPUs, each with 1/N of the heads), judges the run against the
+// (unsharded) oracle, and optionally writes the GPU's trace as a golden-schema file (in
+// `expected` and `emulated`) that `dsv32 diff OUT.h5 GOLDEN.h5` reads.
 #include <fmt/core.h>
 
 #include <memory>
@@ -12,6 +13,7 @@
 #include "dsv32/gpu/device.hpp"
 #include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/tp.hpp"
 #endif
 
 namespace dsv32::tools {
@@ -21,33 +23,36 @@ struct Options {
   std::string golden;
   std::string plan = "eager";
   std::string dump;
+  int tp = 1;
 };
 
 int run(const Options& o) {
 #if DSV32_HAVE_CUDA
-  if (const std::string why = gpu::no_device_reason(); !why.empty()) {
+  if (const std::string why = gpu::no_tp_reason(o.tp); !why.empty()) {
     fmt::print(stderr, "dsv32 gpu: {}\n", why);
     return kExitUsage;
   }
   golden::GoldenCase gc = golden::read(o.golden);
   const gpu::Plan plan = gpu::plan_preset(o.plan, gc.cfg);
   const int T = max_capture_size(gc.steps);
-  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, T);
+  gpu::TpGroup group(gc.cfg, gc.weights, o.tp, gc.num_blocks, T);
   std::vector<StepTrace> got;
   for (std::size_t s = 0; s < gc.steps.size(); ++s) {
-    got.push_back(stack.run(plan, gc.steps[s]));
+    got.push_back(group.run(plan, gc.steps[s]));
     fmt::print(stderr, "\r  {}: step {}/{}", gc.case_id, s + 1, gc.steps.size());
   }
   fmt::print(stderr, "\n");
   const gpu::Judgement j =
       gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
-  fmt::print("dsv32 gpu: case {} plan {} on {}: {} stages and {} top-k rows judged, {} failures\n",
-             gc.case_id, o.plan, gpu::device_summary(), j.stages, j.topk_rows, j.failures.size());
+  fmt::print("dsv32 gpu: case {} plan {} tp {} on {}: {} stages and {} top-k rows judged, {} "
+             "failures\n",
+             gc.case_id, o.plan, o.tp, gpu::device_summary(), j.stages, j.topk_rows,
+             j.failures.size());
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
   if (j.failures.empty())
     fmt::print("  worst tolerance-gated stage: {:.3f} of its gate at {}\n", j.worst, j.worst_where);
   if (!o.dump.empty()) {
-    gc.generator = generator_string("gpu --plan " + o.plan);
+    gc.generator = generator_string("gpu --plan " + o.plan + " --tp " + std::to_string(o.tp));
     gc.expected = got;
     gc.emulated = got;
     golden::write(o.dump, gc);
@@ -71,6 +76,10 @@ void add_gpu(CLI::App& app, int& exit_code) {
       ->required()
       ->check(CLI::ExistingFile);
   sub->add_option("--plan", o->plan, "eager, breakable-eager, wide, narrow, narrow-copy")
+      ->capture_default_str();
+  sub->add_option("--tp", o->tp,
+                  "Tensor-parallel ranks, one GPU each (each holds num_heads / tp heads)")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
   sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file");
   sub->callback([o, &exit_code] { exit_code = run(*o); });

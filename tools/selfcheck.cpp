@@ -15,6 +15,7 @@
 #include "dsv32/gpu/device.hpp"
 #include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/tp.hpp"
 #endif
 
 #ifndef DSV32_FIXTURES_DIR
@@ -97,6 +98,34 @@ void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
                                  : diff});
   }
 }
+
+/// Tensor parallelism on `tp` GPUs: `eager` within the unsharded oracle's gates, every other
+/// plan bitwise equal to it.
+Verdict tp_row(const golden::GoldenCase& gc, int tp) {
+  const std::string what = fmt::format("gpu tp {}: eager vs unsharded oracle, every plan bitwise", tp);
+  if (gc.cfg.num_heads % tp != 0)
+    return {what, "not run", fmt::format("{} heads do not divide by {}", gc.cfg.num_heads, tp)};
+  if (const std::string why = gpu::no_tp_reason(tp); !why.empty()) return {what, "not run", why};
+  const auto w = std::make_shared<const Weights>(gc.weights);
+  const auto run = [&](const std::string& plan) {
+    return gpu::run_steps_tp(gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps,
+                             gpu::plan_preset(plan, gc.cfg));
+  };
+  const std::vector<StepTrace> eager = run("eager");
+  const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+  if (!j.failures.empty() || j.stages == 0)
+    return {what, "FAIL", j.failures.empty() ? "nothing compared" : j.failures.front()};
+  int plans = 0;
+  for (const std::string& name : gpu::plan_names()) {
+    if (name == "eager") continue;
+    if (const std::string diff = gpu::first_difference(gc.cfg, eager, run(name)); !diff.empty())
+      return {what, "FAIL", "plan " + name + ": " + diff};
+    ++plans;
+  }
+  return {what, "pass",
+          fmt::format("{} plans bitwise equal to tp eager; oracle gate worst {:.2f} at {}", plans,
+                      j.worst, j.worst_where)};
+}
 #endif
 
 std::vector<Verdict> run(const Options& o) {
@@ -162,6 +191,7 @@ std::vector<Verdict> run(const Options& o) {
         {"gpu plans (eager, breakable-eager, wide, narrow, narrow-copy)", "not run", why});
   } else {
     gpu_rows(gc, rows);
+    for (int tp : {2, 4}) rows.push_back(tp_row(gc, tp));
   }
 #else
   rows.push_back({"gpu plans", "not run", "built without CUDA"});

@@ -48,6 +48,15 @@ std::string no_device_reason() {
   return "";
 }
 
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
 std::string device_summary() {
   if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
   cudaDeviceProp p{};

@@ -632,4 +632,15 @@ __global__ void residual_add(S* h, const S* y, long long n) {
   if (i < n) h[i] = st<S>(ld(h[i]) + ld(y[i]));
 }
 
+/// Tensor-parallel o_proj: y = S(sum over ranks r = 0, 1, ... of parts[r]) with an fp32
+/// accumulator in rank order, every rank the same bits (parts: `ranks` gathered blocks of n).
+template <class S>
+__global__ void sum_ranks(const S* parts, int ranks, long long n, S* y) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float acc = 0.f;
+  for (int r = 0; r < ranks; ++r) acc += ld(parts[r * n + i]);
+  y[i] = st<S>(acc);
+}
+
 }  // namespace dsv32::gpu::k

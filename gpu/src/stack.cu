@@ -87,6 +87,7 @@ struct Stack::Impl {
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
                                                                int repeats) = 0;
   Config cfg;
+  int device = 0;
 };
 
 namespace {
@@ -115,12 +116,13 @@ struct LayerDev {
 template <class S>
 class StackImpl final : public Stack::Impl {
  public:
-  StackImpl(const Config& c, const Weights& w, int num_blocks, int max_tokens)
-      : num_blocks_(num_blocks), max_tokens_(max_tokens), rope_(c) {
+  StackImpl(const Config& c, const Weights& w, int num_blocks, int max_tokens, int dev,
+            RankGather* gather)
+      : num_blocks_(num_blocks), max_tokens_(max_tokens), rope_(c), gather_(gather) {
     cfg = c;
+    device = dev;
     cfg.validate();
     w.check_shapes(cfg);
-    if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
     if (max_tokens < 1) throw std::invalid_argument("gpu stack: max_tokens must be >= 1");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
@@ -150,10 +152,14 @@ class StackImpl final : public Stack::Impl {
     mqa_z_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.index_topk));
     mqa_ml_ = zeros<float>(T * cfg.num_heads * 2);
     int optin = 0;
-    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
           "cudaDeviceGetAttribute");
-    check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, 0),
+    check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute");
+    if (gather_) {  // o_proj's partial rows and every rank's, gathered
+      ypart_ = zeros<S>(T * cfg.hidden_size);
+      parts_ = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));
+    }
     T_ = 1;
     const k::Dims d = dims();
     const auto fits = [&](int hb) {
@@ -664,7 +670,15 @@ class StackImpl final : public Stack::Impl {
     } else if (op == "o_proj") {
       // Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph
       // bakes the pointer it had at capture.
-      gemm(o_ptr_[l], H * d.dv, w.w_o->get(), w.y->get(), d.D, T, d.D, H * d.dv, "o_proj");
+      // Tensor-parallel: this rank's partial sum, every rank's gathered, added in rank order.
+      S* y = gather_ ? ypart_->get() : w.y->get();
+      gemm(o_ptr_[l], H * d.dv, w.w_o->get(), y, d.D, T, d.D, H * d.dv, "o_proj");
+      if (gather_) {
+        const long long n = static_cast<long long>(T) * d.D;
+        gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), stream_);
+        k::sum_ranks<S><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(
+            parts_->get(), gather_->ranks(), n, w.y->get());
+      }
     } else if (op == "residual_add") {
       const long long n = static_cast<long long>(T) * d.D;
       k::residual_add<S>
@@ -747,7 +761,8 @@ class StackImpl final : public Stack::Impl {
   cublasHandle_t blas_ = nullptr;
   Buf<std::uint8_t> workspace_;
   std::vector<LayerDev<S>> layers_;
-  Buf<S> h_;
+  Buf<S> h_, ypart_, parts_;
+  RankGather* gather_ = nullptr;
   Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_;
   Buf<int> topk_, positions_, request_of_token_, block_table_;
   Buf<long long> slots_;
@@ -768,14 +783,31 @@ class StackImpl final : public Stack::Impl {
 
 }  // namespace
 
-Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_tokens) {
+Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_tokens, int device,
+             RankGather* gather) {
+  if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (device < 0 || device >= count)
+    throw CudaError("gpu stack: device " + std::to_string(device) + " is not visible (" +
+                    std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
+  const detail::DeviceGuard on(device);
   if (cfg.precision == Precision::bf16)
-    impl_ = std::make_unique<StackImpl<__nv_bfloat16>>(cfg, weights, num_blocks, max_tokens);
+    impl_ = std::make_unique<StackImpl<__nv_bfloat16>>(cfg, weights, num_blocks, max_tokens,
+                                                       device, gather);
   else
-    impl_ = std::make_unique<StackImpl<float>>(cfg, weights, num_blocks, max_tokens);
+    impl_ = std::make_unique<StackImpl<float>>(cfg, weights, num_blocks, max_tokens, device,
+                                               gather);
 }
 
-Stack::~Stack() = default;
+Stack::~Stack() {
+  if (!impl_) return;
+  int prev = 0;  // frees and destroys on the stack's device; nothing here may throw
+  const bool restore = cudaGetDevice(&prev) == cudaSuccess;
+  cudaSetDevice(impl_->device);
+  impl_.reset();
+  if (restore) cudaSetDevice(prev);
+}
 
 std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int num_blocks,
                                  const std::vector<StepInput>& steps, const Plan& plan,
@@ -789,38 +821,47 @@ std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int 
 }
 
 StepTrace Stack::step(const StepInput& in) {
+  const detail::DeviceGuard on(impl_->device);
   return impl_->run(plan_preset("eager", impl_->cfg), in, false);
 }
 
 CaptureInfo Stack::capture(const Plan& plan, int T, bool allow_host_capture) {
+  const detail::DeviceGuard on(impl_->device);
   return impl_->capture(plan, T, allow_host_capture);
 }
 
 StepTrace Stack::replay(const Plan& plan, const StepInput& in) {
+  const detail::DeviceGuard on(impl_->device);
   return impl_->run(plan, in, true);
 }
 
 StepTrace Stack::run(const Plan& plan, const StepInput& in) {
+  const detail::DeviceGuard on(impl_->device);
   return impl_->run(plan, in, false);
 }
 
 std::vector<double> Stack::residual(int T) {
+  const detail::DeviceGuard on(impl_->device);
   return impl_->residual(T);
 }
 
 void Stack::synthesize_context(const StepInput& in) {
+  const detail::DeviceGuard on(impl_->device);
   impl_->synthesize_context(in);
 }
 
 double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
+  const detail::DeviceGuard on(impl_->device);
   return impl_->time_step(plan, in, repeats);
 }
 
 std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats) {
+  const detail::DeviceGuard on(impl_->device);
   return impl_->time_ops(in, repeats);
 }
 
 void Stack::set_mutant(const std::string& name) {
+  const detail::DeviceGuard on(impl_->device);
   impl_->set_mutant(name);
 }
 
@@ -830,6 +871,10 @@ int Stack::capture_count() const {
 
 const Config& Stack::config() const {
   return impl_->cfg;
+}
+
+int Stack::device() const {
+  return impl_->device;
 }
 
 }  // namespace dsv32::gpu

@@ -9,26 +9,32 @@
 
 #include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/tp.hpp"
 
 namespace dsv32::testing {
 
-/// Runs `steps` under the preset `plan` on a fresh stack; `captures` receives how many captures
-/// the stack ended up holding.
+/// Runs `steps` under the preset `plan` on a fresh stack (tp > 1: a fresh tensor-parallel group,
+/// its ranks' traces merged); `captures` receives how many captures the stack (each rank) ended
+/// up holding.
 inline std::vector<StepTrace> run_plan(const Config& cfg, const Weights& w, int num_blocks,
                                        const std::vector<StepInput>& steps,
-                                       const std::string& plan, int* captures = nullptr) {
+                                       const std::string& plan, int* captures = nullptr,
+                                       int tp = 1) {
+  if (tp > 1)
+    return gpu::run_steps_tp(cfg, w, tp, num_blocks, steps, gpu::plan_preset(plan, cfg), captures);
   return gpu::run_steps(cfg, w, num_blocks, steps, gpu::plan_preset(plan, cfg), "", captures);
 }
 
 /// "" when `eager` passes the oracle's gates (TESTING.md) on every step and each of `plans` gives
 /// eager's bits on every step, capturing once per distinct capture size; else what failed first.
 /// With `unjudgeable`, a run whose only oracle failures are vacuous gates (the oracle's own
-/// spread too wide to judge by) sets it and is judged by the bitwise checks alone.
+/// spread too wide to judge by) sets it and is judged by the bitwise checks alone. With tp > 1
+/// every run is a tensor-parallel group's, judged against the unsharded oracle.
 inline std::string check_plans(const Config& cfg, const std::shared_ptr<const Weights>& w,
                                int num_blocks, const std::vector<StepInput>& steps,
                                const std::vector<std::string>& plans,
-                               std::string* unjudgeable = nullptr) {
-  const std::vector<StepTrace> base = run_plan(cfg, *w, num_blocks, steps, "eager");
+                               std::string* unjudgeable = nullptr, int tp = 1) {
+  const std::vector<StepTrace> base = run_plan(cfg, *w, num_blocks, steps, "eager", nullptr, tp);
   const gpu::Judgement j = gpu::judge(cfg, w, num_blocks, steps, base);
   if (j.stages == 0) return "eager vs oracle: nothing was compared";
   const bool only_vacuous = j.vacuous == static_cast<int>(j.failures.size());
@@ -42,7 +48,7 @@ inline std::string check_plans(const Config& cfg, const std::shared_ptr<const We
   for (const std::string& plan : plans) {
     if (plan == "eager") continue;
     int captures = 0;
-    const std::vector<StepTrace> got = run_plan(cfg, *w, num_blocks, steps, plan, &captures);
+    const std::vector<StepTrace> got = run_plan(cfg, *w, num_blocks, steps, plan, &captures, tp);
     if (std::string d = gpu::first_difference(cfg, base, got); !d.empty())
       return "plan " + plan + " differs from eager: " + d;
     if (captures != static_cast<int>(sizes.size()))

@@ -16,6 +16,8 @@ struct CudaError : std::runtime_error {
 
 /// Empty when a usable CUDA device is present, else why not (for GTEST_SKIP and the CLI).
 std::string no_device_reason();
+/// CUDA devices visible to this process (CUDA_VISIBLE_DEVICES applies); 0 when none or no driver.
+int device_count();
 /// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for device 0; throws CudaError without a device.
 std::string device_summary();
 

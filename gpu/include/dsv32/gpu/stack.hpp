@@ -2,6 +2,7 @@
 // names them, over static device buffers sized for a capture size. Host-only header.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,11 +14,29 @@
 
 namespace dsv32::gpu {
 
-/// One stack on device 0: weights, paged caches, the shared top-k buffer and every inter-op
+/// The collective behind a tensor-parallel o_proj (gpu/tp.hpp implements it over NCCL). The
+/// stack gathers every rank's partial rows and sums them in rank order itself, so every rank
+/// gets the same bits whichever algorithm the collective picks.
+class RankGather {
+ public:
+  virtual ~RankGather() = default;
+  virtual int ranks() const = 0;
+  /// Enqueues on `stream` (a cudaStream_t) the gathering of every rank's `bytes` at `send` into
+  /// `recv`, rank r's at offset r * bytes. Capturable into a CUDA graph; every rank calls it in
+  /// the same order.
+  virtual void all_gather(const void* send, void* recv, std::size_t bytes, void* stream) = 0;
+};
+
+/// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
 /// tensor, allocated once for capture sizes up to `max_tokens`.
 class Stack {
  public:
-  Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_tokens);
+  /// On CUDA device `device`. With `gather`, the stack is one rank of a tensor-parallel group
+  /// (cfg and weights hold this rank's heads, Config::tp_shard and Weights::head_shard): o_proj
+  /// writes this rank's partial sum, gathers every rank's and adds them in rank order, so `y`
+  /// and the residual stream are the group's. `gather` must outlive the stack.
+  Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_tokens, int device = 0,
+        RankGather* gather = nullptr);
   ~Stack();
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
@@ -43,6 +62,7 @@ class Stack {
   /// Captures held: one per (plan name, capture size), reused by every later step of that size.
   int capture_count() const;
   const Config& config() const;
+  int device() const;
   /// Fills the cache entries of positions [0, ctx) of every request of `in` with deterministic
   /// pseudo-random values (benchmarks: long contexts without running their prefill).
   void synthesize_context(const StepInput& in);

@@ -1,0 +1,37 @@
+# Included by ctest (TEST_INCLUDE_FILES) after a GPU test binary's tests are discovered: gives
+# each of them its CTest resource groups, so that `ctest -L gpu -j N --resource-spec-file SPEC`
+# spreads them over the GPUs of SPEC (docs/GPU.md). The test's main binds it to the GPUs CTest
+# assigns (tests/support/test_main.cpp).
+#
+# A test whose gtest name ends in `tp<N>` (N > 1; ctest's name may go on with "  # GetParam() = ...") needs N whole GPUs: N groups of every slot of a GPU.
+# It gets them only when the spec at SPEC_FILE (what `dsv32 resource-spec` writes by default)
+# lists N GPUs; otherwise it gets none, runs alone on what it sees and skips itself, saying why.
+# Every other test needs one slot of one GPU. Without --resource-spec-file, ctest ignores groups.
+function(dsv32_assign_gpus spec_file)
+  set(gpus 0)
+  set(slots 1)
+  if(EXISTS "${spec_file}")
+    file(READ "${spec_file}" json)
+    string(JSON gpus ERROR_VARIABLE err LENGTH "${json}" local 0 gpus)
+    if(err)
+      message(WARNING "dsv32: ${spec_file}: ${err}; multi-GPU tests get no resource groups")
+      set(gpus 0)
+    elseif(gpus GREATER 0)
+      string(JSON slots ERROR_VARIABLE err GET "${json}" local 0 gpus 0 slots)
+      if(err)
+        set(slots 1)
+      endif()
+    endif()
+  endif()
+  foreach(name IN LISTS ARGN)
+    if(name MATCHES "tp([0-9]+)( |$)" AND CMAKE_MATCH_1 GREATER 1)
+      if(CMAKE_MATCH_1 GREATER gpus)
+        continue()
+      endif()
+      set(groups "${CMAKE_MATCH_1},gpus:${slots}")
+    else()
+      set(groups "gpus:1")
+    endif()
+    set_tests_properties("${name}" PROPERTIES RESOURCE_GROUPS "${groups}")
+  endforeach()
+endfunction()

@@ -1,0 +1,77 @@
+// Tensor parallelism (MATH.md section 3): one GPU stack per rank, each on its own device with
+// H / tp heads and the whole (replicated) indexer; o_proj's partial sums are gathered over NCCL
+// and added in rank order on every rank. Host-only header.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dsv32/gpu/stack.hpp"
+
+namespace dsv32::gpu {
+
+/// A tensor-parallel group that cannot be built or has failed (NCCL errors, a rank's failure,
+/// replicated stages that differ between ranks). The message names the rank and the cause.
+struct TpError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Empty when `tp` ranks can run here (tp == 1 always can with a GPU; tp > 1 needs a build with
+/// NCCL and tp visible devices), else why not (for GTEST_SKIP and the CLI).
+std::string no_tp_reason(int tp);
+/// Whether this build has NCCL.
+bool built_with_nccl();
+
+/// The stages whose rows hold one block per attention head (ql, qR, olat, lse, o): each rank
+/// holds its heads' blocks. Every other stage is replicated (the same on every rank).
+bool is_head_split_stage(const std::string& name);
+
+/// One trace of the unsharded config from the ranks' traces (rank r holds heads
+/// [r * H / tp, (r + 1) * H / tp)): head-split stages concatenated per row in rank order,
+/// replicated stages taken from rank 0 after checking every rank holds the same bits. Throws
+/// TpError naming the rank, layer and stage where a replicated stage differs, or where the
+/// traces do not fit together (stage names, shapes).
+StepTrace merge_rank_traces(const Config& cfg, const std::vector<StepTrace>& ranks);
+
+/// `tp` ranks on CUDA devices 0 .. tp - 1 of this process, one host thread each.
+class TpGroup {
+ public:
+  /// cfg and weights are the unsharded layer's; num_heads must divide by tp. NCCL runs with
+  /// NVLink multicast off (NCCL_NVLS_ENABLE=0, set here whatever the environment says) and
+  /// its connections made when the group is built (NCCL_RUNTIME_CONNECT=0 unless set), so that
+  /// nothing is allocated while a rank's stream is captured.
+  TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens);
+  ~TpGroup();
+  TpGroup(const TpGroup&) = delete;
+  TpGroup& operator=(const TpGroup&) = delete;
+
+  int size() const;
+  /// Runs the step on every rank under `plan` (each rank captures on first use, like
+  /// Stack::run) and returns the merged trace. A rank that fails aborts the group's NCCL
+  /// communicators (the others would wait for it forever); the group then refuses every call.
+  StepTrace run(const Plan& plan, const StepInput& in);
+  /// Each rank's own trace of the last step run.
+  const std::vector<StepTrace>& rank_traces() const;
+  /// Captures held per rank (every rank holds the same number).
+  int capture_count() const;
+  void synthesize_context(const StepInput& in);
+  /// Mean milliseconds of one step under `plan`, the slowest rank's (Stack::time_step on every
+  /// rank at once).
+  double time_step(const Plan& plan, const StepInput& in, int repeats);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Runs `steps` in order under `plan` on a fresh group of `tp` ranks: the merged traces;
+/// `captures` receives the captures each rank held at the end. tp == 1 runs one rank with no
+/// collective (the bits of gpu::run_steps).
+std::vector<StepTrace> run_steps_tp(const Config& cfg, const Weights& weights, int tp,
+                                    int num_blocks, const std::vector<StepInput>& steps,
+                                    const Plan& plan, int* captures = nullptr);
+
+}  // namespace dsv32::gpu
