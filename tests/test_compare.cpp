@@ -102,6 +102,16 @@ TEST(Compare, Fp32GateUsesGammaOfItsDotLength) {
   EXPECT_FALSE(compare_fp32(off, t0, 64).pass);
 }
 
+TEST(Compare, Fp32GateOfACancelledStepTakesTheStagesRunScale) {
+  // One value far below its stage's usual magnitude (terms that cancelled): its fp32 error is
+  // the terms', judged at the run's scale; at its own scale the same error would fail.
+  const Tensor t0 = Tensor::from("omega", {1}, {-8.96543e-05}, DType::float32);
+  const Tensor got = Tensor::from("omega", {1}, {-8.96595e-05}, DType::float32);
+  EXPECT_FALSE(compare_fp32(got, t0, 193).pass);
+  EXPECT_TRUE(compare_fp32(got, t0, 193, 0.05).pass);
+  EXPECT_FALSE(compare_fp32(got, t0, 193, 0.0001).pass);  // the run's scale still bounds it
+}
+
 TEST(Compare, QuantizedValuesWithinOneQuantumAndLegalScaleFlips) {
   // Two blocks of 4: same scales, one element off by one code.
   const Tensor vals =

@@ -111,8 +111,8 @@ TEST_P(GpuTpRanks, RanksMergedOutOfOrderFailTheOracle) {
     swapped.push_back(gpu::merge_rank_traces(gc.cfg, ranks));
   }
   const auto w = std::make_shared<const Weights>(gc.weights);
-  EXPECT_TRUE(gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, merged).failures.empty());
-  const gpu::Judgement bad = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, swapped);
+  EXPECT_TRUE(gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, merged, tp).failures.empty());
+  const gpu::Judgement bad = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, swapped, tp);
   ASSERT_FALSE(bad.failures.empty());
   EXPECT_EQ(bad.first_layer, 0);
   EXPECT_TRUE(gpu::is_head_split_stage(bad.first_stage)) << bad.failures.front();

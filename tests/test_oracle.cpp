@@ -247,3 +247,54 @@ TEST(Scenario, BadMetadataIsRefusedWithAReason) {
 
 }  // namespace
 }  // namespace dsv32
+
+namespace dsv32 {
+namespace {
+
+// StepOptions::o_proj_ranks (the rounding points of a tensor-parallel o_proj): in exact mode the
+// split changes nothing beyond fp64 noise; emulated, y is the bf16 sum of bf16 partials, each
+// over its ranks' heads' columns, recomputed here from the trace's `o` and W_o.
+TEST(OracleTp, OProjRanksRoundEachPartialBeforeTheSum) {
+  const Config cfg = preset("tiny-wide");  // H = 8
+  const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 5));
+  ScenarioBuilder b(cfg, 5, 16);
+  const StepInput in = b.step({{0, 6}, {1, 3}});
+  const int H = cfg.num_heads, dv = cfg.v_head_dim;
+  for (int ranks : {2, 4}) {
+    StepOptions split;
+    split.o_proj_ranks = ranks;
+    Oracle exact(cfg, w, Mode::exact, 16), exact_split(cfg, w, Mode::exact, 16);
+    const StepTrace t0 = exact.step(in), t1 = exact_split.step(in, split);
+    const Tensor &y0 = t0.layers[0].at("y"), &y1 = t1.layers[0].at("y");
+    for (std::size_t i = 0; i < y0.data.size(); ++i)
+      ASSERT_NEAR(y1.data[i], y0.data[i], 1e-12 * (1 + std::fabs(y0.data[i]))) << ranks;
+
+    Oracle emu(cfg, w, Mode::emulated, 16), emu_split(cfg, w, Mode::emulated, 16);
+    const StepTrace whole = emu.step(in), tr = emu_split.step(in, split);
+    const Tensor &o = tr.layers[0].at("o"), &y = tr.layers[0].at("y");
+    const Mat& wo = w->layers[0].w_o;
+    const int cols = H / ranks * dv, D = cfg.hidden_size;
+    int rounded_apart = 0;
+    for (int t = 0; t < in.num_tokens; ++t)
+      for (int j = 0; j < D; ++j) {
+        double sum = 0;
+        for (int r = 0; r < ranks; ++r) {
+          double part = 0;
+          for (int c = r * cols; c < (r + 1) * cols; ++c)
+            part += o.data[static_cast<std::size_t>(t) * H * dv + c] * wo(j, c);
+          sum += round_bf16(part);
+        }
+        const std::size_t i = static_cast<std::size_t>(t) * D + j;
+        ASSERT_EQ(y.data[i], round_bf16(sum)) << "ranks " << ranks << " token " << t << " col " << j;
+        rounded_apart += y.data[i] != whole.layers[0].at("y").data[i];
+      }
+    EXPECT_GT(rounded_apart, 0) << "the split's rounding left every element of y unchanged";
+  }
+  StepOptions bad;
+  bad.o_proj_ranks = 3;
+  Oracle o3(cfg, w, Mode::exact, 16);
+  EXPECT_THROW(o3.step(in, bad), ConfigError);
+}
+
+}  // namespace
+}  // namespace dsv32

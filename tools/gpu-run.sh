@@ -31,7 +31,7 @@ logged "$out/build.log" ./build/gpu/tools/dsv32 resource-spec --slots-per-gpu 2
 export DSV32_GPU_BINDING_LOG="$out/gpu-binding.log"
 : >"$DSV32_GPU_BINDING_LOG"
 logged "$out/ctest-gpu.log" ctest --preset gpu -j "$((2 * (gpus > 0 ? gpus : 1)))" \
-  --resource-spec-file build/gpu/ctest-resources.json --output-junit "$out/ctest-gpu.xml"
+  --resource-spec-file "$PWD/build/gpu/ctest-resources.json" --output-junit "$out/ctest-gpu.xml"
 unset DSV32_GPU_BINDING_LOG
 echo "== GPU tests per device (CUDA_VISIBLE_DEVICES each test process got):" | tee -a "$out/ctest-gpu.log"
 awk '{print $1}' "$out/gpu-binding.log" | sort | uniq -c | tee -a "$out/ctest-gpu.log"

@@ -43,7 +43,8 @@ int run(const Options& o) {
   }
   fmt::print(stderr, "\n");
   const gpu::Judgement j =
-      gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
+      gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got,
+                 o.tp);
   fmt::print("dsv32 gpu: case {} plan {} tp {} on {}: {} stages and {} top-k rows judged, {} "
              "failures\n",
              gc.case_id, o.plan, o.tp, gpu::device_summary(), j.stages, j.topk_rows,

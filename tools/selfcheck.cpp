@@ -112,7 +112,7 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
                              gpu::plan_preset(plan, gc.cfg));
   };
   const std::vector<StepTrace> eager = run("eager");
-  const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+  const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
   if (!j.failures.empty() || j.stages == 0)
     return {what, "FAIL", j.failures.empty() ? "nothing compared" : j.failures.front()};
   int plans = 0;

@@ -17,7 +17,7 @@ void fail(Judgement& j, int step, int layer, const std::string& stage, std::stri
 }  // namespace
 
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
-                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu) {
+                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp) {
   Oracle t0(cfg, w, Mode::exact, num_blocks), t1(cfg, std::move(w), Mode::emulated, num_blocks);
   const int HI = cfg.index_n_heads, dI = cfg.index_head_dim, K = cfg.index_topk;
   std::vector<StepTrace> want0, want1;
@@ -61,9 +61,12 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     // The oracle follows the GPU's sets: invalid ones cannot be followed, so judging stops here.
     if (j.failures.size() > failures_before) return j;
     // ... and its fp8 cache codes, judged by the `c` stage itself (one quantum).
+    // T1 rounds where the GPU's group does: each rank's o_proj partial, then their sum.
     const StepOptions follow = StepOptions::follow(cfg, gpu[s], /*cache_codes=*/true);
+    StepOptions follow1 = follow;
+    follow1.o_proj_ranks = tp;
     want0.push_back(t0.step(in, follow));
-    want1.push_back(t1.step(in, follow));
+    want1.push_back(t1.step(in, follow1));
   }
   for (const StageDiff& d : diff_traces(cfg, gpu, want0, want1)) {
     ++j.stages;

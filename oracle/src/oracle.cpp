@@ -20,8 +20,8 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 /// result, so with few rows (decode) one core idles; then the weight's rows (y's columns) are
 /// split into pieces over the OpenMP threads instead, each a single-threaded Eigen product
 /// (Eigen does not parallelise inside an OpenMP parallel region).
-template <class X>
-void project(Mat& y, const X& x, const Mat& w) {
+template <class X, class W>
+void project(Mat& y, const X& x, const W& w) {
   const int threads = omp_get_max_threads();
   // Full-size products only: the committed goldens (tiny configs) keep Eigen's own blocking,
   // whose last bits a different split could change.
@@ -486,7 +486,24 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     store(o);
     lap("uv_proj");
     Mat y;
-    project(y, o, lw.w_o);
+    if (opts.o_proj_ranks > 1) {
+      // Tensor parallel (MATH.md section 3): each rank's partial product over its heads'
+      // columns, stored as that rank's o_proj writes it, then summed in rank order.
+      const int R = opts.o_proj_ranks;
+      if (H % R != 0)
+        throw ConfigError("o_proj_ranks " + std::to_string(R) + " does not divide num_heads " +
+                          std::to_string(H));
+      const Eigen::Index cols = static_cast<Eigen::Index>(H / R) * dv;
+      y = Mat::Zero(T, D);
+      Mat part;
+      for (int r = 0; r < R; ++r) {
+        project(part, o.middleCols(r * cols, cols), lw.w_o.middleCols(r * cols, cols));
+        store(part);
+        y += part;
+      }
+    } else {
+      project(y, o, lw.w_o);
+    }
     store(y);
     lap("o_proj");
     keep("o", o, {static_cast<std::int64_t>(H) * dv});

@@ -1,6 +1,7 @@
 #include "dsv32/oracle/trace_diff.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "dsv32/oracle/numerics.hpp"
@@ -85,9 +86,23 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
                                    const std::vector<StepTrace>& t0,
                                    const std::vector<StepTrace>& t1) {
   std::vector<StageDiff> out;
+  // fp32: each stage's magnitude over the run, the scale of its gate (compare_fp32).
+  std::map<std::pair<int, std::string>, double> scale;
+  if (cfg.precision == Precision::fp32)
+    for (const StepTrace& st : t0) {
+      for (int l = 0; l < cfg.num_layers && l < static_cast<int>(st.layers.size()); ++l)
+        for (const Tensor& t : st.layers[l].tensors) {
+          double& m = scale[{l, t.name}];
+          m = std::max(m, t.name == "omega" ? max_abs(per_scale(t, st.layers[l].at("qI_scale")))
+                                            : max_abs(t));
+        }
+      double& m = scale[{-1, "output"}];
+      m = std::max(m, max_abs(st.output));
+    }
   // layer: the stage's layer, -1 for the step's output.
   const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1, int layer) {
-    if (cfg.precision == Precision::fp32) return compare_fp32(g, x0, fp32_chain_dot(cfg, layer));
+    if (cfg.precision == Precision::fp32)
+      return compare_fp32(g, x0, fp32_chain_dot(cfg, layer), scale[{layer, x0.name}]);
     // Under an fp8 latent cache, everything computed from it resolves to e4m3 quanta:
     // attention's outputs and what follows them in the layer, and every stage of later layers
     // (the residual stream carries them on). `c` itself has the quantized rule (below).

@@ -35,7 +35,7 @@ inline std::string check_plans(const Config& cfg, const std::shared_ptr<const We
                                const std::vector<std::string>& plans,
                                std::string* unjudgeable = nullptr, int tp = 1) {
   const std::vector<StepTrace> base = run_plan(cfg, *w, num_blocks, steps, "eager", nullptr, tp);
-  const gpu::Judgement j = gpu::judge(cfg, w, num_blocks, steps, base);
+  const gpu::Judgement j = gpu::judge(cfg, w, num_blocks, steps, base, tp);
   if (j.stages == 0) return "eager vs oracle: nothing was compared";
   const bool only_vacuous = j.vacuous == static_cast<int>(j.failures.size());
   if (!j.failures.empty() && unjudgeable && only_vacuous)

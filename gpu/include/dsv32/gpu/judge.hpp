@@ -27,9 +27,12 @@ struct Judgement {
 
 /// Judges a GPU run of `steps`: each F layer's top-k row is valid for the GPU's own quantized
 /// q, k and omega (fp64 scores, eps the fp32 accumulation bound), and every stage matches the
-/// oracle (T0 exact, T1 emulated) recomputed on the GPU's own index sets.
+/// oracle (T0 exact, T1 emulated) recomputed on the GPU's own index sets. A run of a
+/// tensor-parallel group of `tp` ranks (merged traces) is judged against the unsharded T0, with
+/// T1 rounding each rank's o_proj partial before their sum (StepOptions::o_proj_ranks).
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
-                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu);
+                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu,
+                int tp = 1);
 
 /// Where two runs first differ bitwise: step, layer (-1: the output) and stage, in trace order.
 struct Divergence {

@@ -56,9 +56,15 @@ double vacuity_cap(const Tensor& t0, DType precision);
 /// cap is taken in bf16 (the pipeline's precision) whatever the stage's storage dtype.
 CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage,
                            DType cap_precision = DType::bfloat16);
-/// fp32-precision gate: max|got - T0| <= 2 gamma_n max|T0|, n the dot length the error is
-/// bounded over (diff_traces passes fp32_chain_dot).
-CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n);
+/// fp32-precision gate: max|got - T0| <= 2 gamma_n max(max|T0|, scale), n the dot length the
+/// error is bounded over (diff_traces passes fp32_chain_dot) and `scale` the stage's magnitude
+/// over the whole run (diff_traces passes the largest max|T0| of the stage over the steps): a
+/// step whose values cancel far below their terms is judged at the stage's scale, the gate then
+/// no wider than the vacuity cap.
+CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n,
+                           double scale = 0.0);
+/// Largest |value| of a tensor (0 for an empty one; NaN ignored).
+double max_abs(const Tensor& t);
 /// Fixed-tolerance compare (bitwise when tol == 0), e.g. plan vs eager.
 CompareResult compare_abs(const Tensor& got, const Tensor& want, double tol);
 /// Quantized blocks: values dequantized with their scales must agree within one e4m3 quantum at

@@ -58,6 +58,10 @@ struct StepOptions {
   /// Added to every position where RoPE uses it (not causality, not slots): RoPE is relative,
   /// so scores and outputs must not change beyond rounding (a metamorphic property).
   int rope_position_offset = 0;
+  /// Tensor-parallel o_proj over this many equal head groups (MATH.md section 3): y is the sum,
+  /// in group order, of each group's partial product, each stored (bf16 in `emulated` mode) before
+  /// the sum is stored: the rounding points of a TP group. 1: the unsharded product.
+  int o_proj_ranks = 1;
 
   /// Options that impose the F layers' sets of `trace` (e.g. T1 follows T0's sets, so that
   /// T1 - T0 measures rounding only and not a different selection near a tie).
