@@ -218,29 +218,56 @@ __device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r
 }
 
 /// indexer_topk, scores: I(t, j) = kscale_j sum_h omega_h relu(q8_h . k8_j), j <= p(t), in
-/// fp32 with a fixed summation order. Grid (T_a, ceil(len / 128)), 128 threads; q8 of the token
-/// staged in shared memory.
-__global__ void index_scores(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
-                             IndexCache cache, float* scores, int ld_scores) {
-  extern __shared__ float sq[];  // HI * 128 + HI
-  const int t = blockIdx.x;
-  for (int w = threadIdx.x; w < d.HI * 128; w += blockDim.x)
+/// fp32 with a fixed summation order: each dot sequential over the 128 dims; the heads in
+/// kIdxGroups groups (group g: heads g, g + kIdxGroups, ...), each group's sum sequential, then
+/// the groups' sums in order. A block scores kIdxKeys keys of one token: thread (key kk, group
+/// g) = (tid % 32, tid / 32), the token's q8 and the keys' codes staged in shared memory (key
+/// rows padded to 129 floats: no bank conflicts). Grid (T_a, ceil(len / kIdxKeys)), 256 threads.
+constexpr int kIdxKeys = 32;
+constexpr int kIdxGroups = 8;
+constexpr int kIdxThreads = kIdxKeys * kIdxGroups;
+
+__host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
+  return sizeof(float) *
+         (static_cast<std::size_t>(d.HI) * 128 + d.HI + kIdxKeys * 129 + kIdxGroups * kIdxKeys);
+}
+
+__global__ void __launch_bounds__(kIdxThreads)
+    index_scores(Dims d, Meta m, const std::uint8_t* q8, const float* omega, IndexCache cache,
+                 float* scores, int ld_scores) {
+  extern __shared__ float sq[];            // HI x 128 codes of q, then HI omegas
+  float* om = sq + d.HI * 128;
+  float* keys = om + d.HI;                 // kIdxKeys x 129
+  float* part = keys + kIdxKeys * 129;     // kIdxGroups x kIdxKeys
+  const int t = blockIdx.x, j0 = blockIdx.y * kIdxKeys, tid = threadIdx.x;
+  const int p = m.positions[t], r = m.request_of_token[t];
+  for (int w = tid; w < d.HI * 128; w += blockDim.x)
     sq[w] = e4m3_to_float(q8[static_cast<long long>(t) * d.HI * 128 + w]);
-  for (int w = threadIdx.x; w < d.HI; w += blockDim.x)
-    sq[d.HI * 128 + w] = omega[static_cast<long long>(t) * d.HI + w];
-  __syncthreads();
-  const int j = blockIdx.y * blockDim.x + threadIdx.x, p = m.positions[t];
-  if (j > p) return;
-  const long long s = slot_of(d, m, m.request_of_token[t], j);
-  float kv[128];
-  for (int i = 0; i < 128; ++i) kv[i] = e4m3_to_float(cache.codes[s * 128 + i]);
-  float acc = 0.f;
-  for (int h = 0; h < d.HI; ++h) {
-    float dot = 0.f;
-    for (int i = 0; i < 128; ++i) dot = fmaf(sq[h * 128 + i], kv[i], dot);
-    acc = fmaf(sq[d.HI * 128 + h], fmaxf(dot, 0.f), acc);
+  for (int w = tid; w < d.HI; w += blockDim.x) om[w] = omega[static_cast<long long>(t) * d.HI + w];
+  for (int w = tid; w < kIdxKeys * 128; w += blockDim.x) {
+    const int kk = w / 128, i = w % 128, j = j0 + kk;
+    keys[kk * 129 + i] =
+        j <= p ? e4m3_to_float(cache.codes[slot_of(d, m, r, j) * 128 + i]) : 0.f;
   }
-  scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * acc;
+  __syncthreads();
+  const int kk = tid % kIdxKeys, g = tid / kIdxKeys;
+  const float* key = keys + kk * 129;
+  float acc = 0.f;
+  for (int h = g; h < d.HI; h += kIdxGroups) {
+    const float* qh = sq + h * 128;
+    float dot = 0.f;
+    for (int i = 0; i < 128; ++i) dot = fmaf(qh[i], key[i], dot);
+    acc = fmaf(om[h], fmaxf(dot, 0.f), acc);
+  }
+  part[g * kIdxKeys + kk] = acc;
+  __syncthreads();
+  const int j = j0 + tid;
+  if (tid < kIdxKeys && j <= p) {
+    float total = 0.f;
+    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * kIdxKeys + tid];
+    scores[static_cast<long long>(t) * ld_scores + j] =
+        cache.scales[slot_of(d, m, r, j)] * total;
+  }
 }
 
 /// Busy-waits `cycles` clock cycles (mutant unjoined-stream: a slow backend on the main stream).
@@ -330,20 +357,14 @@ __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, 
 /// read from the cache; P rounded to S before P.V; olat = S(sum P c / l), lse = m + log l
 /// (natural log). A row with no valid index gives olat = 0 and lse = -inf.
 ///
-/// Three kernels, so that a few tokens still fill the GPU: scores over chunks of the selected
-/// keys, the softmax of each (token, head), and P.V over chunks of the latent's columns. Every
-/// result is computed in an order that depends on neither the grid nor the grouping of heads: a
-/// score is one thread's dot in four interleaved partial sums combined as (s0 + s1) + (s2 + s3);
-/// a head's sum l is one warp's lane-strided partial sums combined by a fixed shuffle tree; an
-/// output is one thread's sequential sum over the selected keys in order. Keys are staged through
-/// shared memory kMqaTile rows at a time, each warp loading whole rows with up to kRowRegs
-/// values per lane in flight, and read once per group of heads.
+/// Four steps, the two products on tensor cores through cuBLAS (stack.cu): the selected key
+/// rows gathered from the paged cache into a dense (T_a, K, L + dr) array (mqa_gather), the
+/// scores as two batched GEMMs per token (latent and rope parts), the softmax of each (token,
+/// head) (mqa_softmax), P.V as one batched GEMM per token, and the division by l (mqa_finish).
+/// Every step is deterministic: the gather and the element-wise steps have no reductions but a
+/// warp's fixed shuffle tree, and cuBLAS picks the same kernels for the same shapes.
 constexpr int kMqaThreads = 256;
-constexpr int kMqaTile = 32;     // key rows per shared-memory tile
-constexpr int kMqaKeys = 256;    // selected keys per scores block
-constexpr int kMqaCols = 64;     // latent columns per P.V block
-constexpr int kMqaHeads = 8;     // most heads per block
-constexpr int kRowRegs = 24;     // rows up to 768 values wide load in one batch per lane
+constexpr int kMqaGatherRows = kMqaThreads / 32;  // key rows per gather block, a warp each
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -354,132 +375,50 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/// Value i of a key row: the latent (i < L), then the rope part.
-template <class S>
-__device__ __forceinline__ float key_at(const Dims& d, const KvCache<S>& cache, long long slot,
-                                        int i) {
-  return i < d.L ? latent_at(d, cache, slot, i) : ld(cache.rope[slot * d.dr + (i - d.L)]);
-}
-
-/// Columns [c0, c0 + width) of the key rows slot[0..nk) into tile (row stride ts); a row with
-/// slot < 0 reads as zeros. Warp w loads rows w, w + 8, ...: every lane first issues all of its
-/// up to kRegs raw loads of the row (codes, scales, S values), then converts them, so a row
-/// costs one memory latency rather than one per element. Values equal key_at's bit for bit.
-template <int kRegs, class S>
-__device__ void load_key_rows(const Dims& d, const KvCache<S>& cache, const long long* slot,
-                              int nk, int c0, int width, float* tile, int ts) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  for (int kk = warp; kk < nk; kk += nw) {
-    const long long sl = slot[kk];
-    float* dst = tile + kk * ts;
-    if (sl < 0 || width > 32 * kRegs) {
-      for (int i = lane; i < width; i += 32) dst[i] = sl < 0 ? 0.f : key_at(d, cache, sl, c0 + i);
-      continue;
-    }
-    S raw[kRegs];
-    std::uint8_t code[kRegs];
-    float scale[kRegs];
-#pragma unroll
-    for (int j = 0; j < kRegs; ++j) {
-      const int x = lane + 32 * j, i = c0 + x;
-      if (x >= width) continue;
-      if (i >= d.L) {
-        raw[j] = cache.rope[sl * d.dr + (i - d.L)];
-      } else if (d.fp8_kv) {
-        code[j] = cache.codes[sl * d.L + i];
-        scale[j] = cache.scales[sl * d.tiles + i / 128];
-      } else {
-        raw[j] = cache.latent[sl * d.L + i];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kRegs; ++j) {
-      const int x = lane + 32 * j, i = c0 + x;
-      if (x >= width) continue;
-      dst[x] = i >= d.L ? ld(raw[j])
-               : d.fp8_kv ? rnd<S>(e4m3_to_float(code[j]) * scale[j])
-                          : ld(raw[j]);
-    }
-  }
-}
-
-/// Shared memory of mqa_scores for hb heads per block.
-__host__ __device__ inline std::size_t mqa_scores_smem(const Dims& d, int hb) {
-  const std::size_t w = static_cast<std::size_t>(d.L + d.dr);
-  return kMqaKeys * sizeof(long long) + sizeof(float) * (hb * w + kMqaTile * (w + 1));
-}
-
-/// Scores z[t, h, k] = sigma * [ql; qR] . [c; kR] of selected key k (-inf where the index is
-/// -1) for hb heads and kMqaKeys keys. Grid (T_a, ceil(H / hb), ceil(K / kMqaKeys)).
+/// keys[t, k, :] = [c; kR] of token t's k-th selected position as the cache reads back (an fp8
+/// entry dequantized and rounded to S), zeros where the index is -1. Grid (T_a, ceil(K / 8)),
+/// 256 threads: a warp a row, the lanes over its columns.
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
-    mqa_scores(Dims d, Meta m, const S* ql, const S* qR, KvCache<S> cache, const int* topk,
-               float* z, int hb) {
-  extern __shared__ long long smem_ll[];
-  const int W = d.L + d.dr, TW = W + 1;  // tile rows padded: no bank conflicts across rows
-  long long* slot = smem_ll;                              // kMqaKeys
-  float* q = reinterpret_cast<float*>(slot + kMqaKeys);  // hb x W
-  float* tile = q + hb * W;                               // kMqaTile x TW
-  const int t = blockIdx.x, h0 = blockIdx.y * hb, kb = blockIdx.z * kMqaKeys;
-  const int nh = min(hb, d.H - h0), nkb = min(kMqaKeys, d.K - kb), tid = threadIdx.x;
-  const int r = m.request_of_token[t];
-  for (int x = tid; x < nh * W; x += blockDim.x) {
-    const int h = h0 + x / W, i = x % W;
-    q[x] = i < d.L ? ld(ql[(static_cast<long long>(t) * d.H + h) * d.L + i])
-                   : ld(qR[(static_cast<long long>(t) * d.H + h) * d.dr + (i - d.L)]);
+    mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys) {
+  const int t = blockIdx.x, k = blockIdx.y * kMqaGatherRows + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (k >= d.K) return;
+  const int W = d.L + d.dr;
+  S* dst = keys + (static_cast<long long>(t) * d.K + k) * W;
+  const int j = topk[static_cast<long long>(t) * d.K + k];
+  if (j < 0) {
+    for (int i = lane; i < W; i += 32) dst[i] = st<S>(0.f);
+    return;
   }
-  for (int k = tid; k < nkb; k += blockDim.x) {
-    const int j = topk[static_cast<long long>(t) * d.K + kb + k];
-    slot[k] = j >= 0 ? slot_of(d, m, r, j) : -1;
-  }
-  __syncthreads();
-  for (int k0 = 0; k0 < nkb; k0 += kMqaTile) {
-    const int nk = min(kMqaTile, nkb - k0);
-    load_key_rows<kRowRegs>(d, cache, slot + k0, nk, 0, W, tile, TW);
-    __syncthreads();
-    for (int x = tid; x < nh * nk; x += blockDim.x) {
-      const int h = x / nk, kk = x % nk;
-      const float* qh = q + h * W;
-      const float* key = tile + kk * TW;
-      float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-      int i = 0;
-      for (; i + 3 < W; i += 4) {
-        s0 = fmaf(qh[i], key[i], s0);
-        s1 = fmaf(qh[i + 1], key[i + 1], s1);
-        s2 = fmaf(qh[i + 2], key[i + 2], s2);
-        s3 = fmaf(qh[i + 3], key[i + 3], s3);
-      }
-      for (; i < W; ++i) s0 = fmaf(qh[i], key[i], s0);
-      const float dot = (s0 + s1) + (s2 + s3);
-      z[(static_cast<long long>(t) * d.H + h0 + h) * d.K + kb + k0 + kk] =
-          slot[k0 + kk] >= 0 ? dot * d.sigma : -INFINITY;
-    }
-    __syncthreads();
-  }
+  const long long sl = slot_of(d, m, m.request_of_token[t], j);
+  for (int i = lane; i < d.L; i += 32)
+    dst[i] = d.fp8_kv ? st<S>(latent_at(d, cache, sl, i)) : cache.latent[sl * d.L + i];
+  for (int i = lane; i < d.dr; i += 32) dst[d.L + i] = cache.rope[sl * d.dr + i];
 }
 
-/// Softmax statistics of each (token, head): m = max z, P = S(exp(z - m)) written over z,
+/// Softmax statistics of each (token, head) over the scores z: m = max z, P = S(exp(z - m)),
 /// l = sum P before rounding (0 when no index is valid). One warp per (token, head); grid
 /// (T_a, ceil(H / 8)), 256 threads.
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
-    mqa_softmax(Dims d, const int* topk, float* z, float* ml) {
+    mqa_softmax(Dims d, const int* topk, const float* z, S* p, float* ml) {
   const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (h >= d.H) return;
-  float* zh = z + (static_cast<long long>(t) * d.H + h) * d.K;
+  const long long row_at = (static_cast<long long>(t) * d.H + h) * d.K;
   const int* row = topk + static_cast<long long>(t) * d.K;
   float mx = -FLT_MAX;
   int valid = 0;
   for (int k = lane; k < d.K; k += 32)
-    if (row[k] >= 0) mx = fmaxf(mx, zh[k]), valid = 1;
+    if (row[k] >= 0) mx = fmaxf(mx, z[row_at + k]), valid = 1;
   mx = warp_max(mx);
   valid = __any_sync(0xffffffffu, valid);
   float part = 0.f;
   for (int k = lane; k < d.K; k += 32) {
-    const float p = row[k] >= 0 ? expf(zh[k] - mx) : 0.f;
-    part += p;
-    zh[k] = rnd<S>(p);  // P in the storage precision before P.V
+    const float e = row[k] >= 0 ? expf(z[row_at + k] - mx) : 0.f;
+    part += e;
+    p[row_at + k] = st<S>(e);  // P in the storage precision before P.V
   }
   const float l = warp_sum(part);
   if (lane == 0) {
@@ -488,108 +427,57 @@ __global__ void __launch_bounds__(kMqaThreads)
   }
 }
 
-/// Shared memory of mqa_pv for hb heads per block.
-__host__ __device__ inline std::size_t mqa_pv_smem(const Dims& d, int hb) {
-  return d.K * sizeof(long long) +
-         sizeof(float) * (kMqaTile * (kMqaCols + 1) + static_cast<std::size_t>(hb) * kMqaTile);
-}
-
-/// olat[t, h, c0 + i] = S(sum_k P[k] c_k[c0 + i] / l) for hb heads and kMqaCols latent columns;
-/// lse from the blocks of the first column chunk. Grid (T_a, ceil(H / hb), ceil(L / kMqaCols)).
+/// olat[t, h, :] = S(acc[t, h, :] / l) (0 where no index is valid), lse = m + log l. Grid
+/// (T_a, H), 128 threads.
 template <class S>
-__global__ void __launch_bounds__(kMqaThreads)
-    mqa_pv(Dims d, Meta m, KvCache<S> cache, const int* topk, const float* z, const float* ml,
-           S* olat, float* lse, int hb) {
-  extern __shared__ long long smem_ll[];
-  constexpr int TS = kMqaCols + 1;
-  long long* slot = smem_ll;                             // K
-  float* tile = reinterpret_cast<float*>(slot + d.K);   // kMqaTile x TS
-  float* p = tile + kMqaTile * TS;                       // hb x kMqaTile
-  const int t = blockIdx.x, h0 = blockIdx.y * hb, c0 = blockIdx.z * kMqaCols;
-  const int nh = min(hb, d.H - h0), nc = min(kMqaCols, d.L - c0), tid = threadIdx.x;
-  const int r = m.request_of_token[t];
-  for (int k = tid; k < d.K; k += blockDim.x) {
-    const int j = topk[static_cast<long long>(t) * d.K + k];
-    slot[k] = j >= 0 ? slot_of(d, m, r, j) : -1;
-  }
-  // Each thread owns outputs x = tid + j * blockDim (head x / nc, column x % nc).
-  constexpr int kOut = (kMqaHeads * kMqaCols + kMqaThreads - 1) / kMqaThreads;
-  float acc[kOut];
-#pragma unroll
-  for (int j = 0; j < kOut; ++j) acc[j] = 0.f;
-  __syncthreads();
-  for (int k0 = 0; k0 < d.K; k0 += kMqaTile) {
-    const int nk = min(kMqaTile, d.K - k0);
-    load_key_rows<kMqaCols / 32>(d, cache, slot + k0, nk, c0, nc, tile, TS);
-    for (int x = tid; x < nh * nk; x += blockDim.x)
-      p[x] = z[(static_cast<long long>(t) * d.H + h0 + x / nk) * d.K + k0 + x % nk];
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kOut; ++j) {
-      const int x = tid + j * kMqaThreads;
-      if (x >= nh * nc) break;
-      const float* ph = p + (x / nc) * nk;
-      const int col = x % nc;
-      float a = acc[j];
-      for (int kk = 0; kk < nk; ++kk)
-        if (slot[k0 + kk] >= 0) a = fmaf(ph[kk], tile[kk * TS + col], a);
-      acc[j] = a;
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int j = 0; j < kOut; ++j) {
-    const int x = tid + j * kMqaThreads;
-    if (x >= nh * nc) break;
-    const long long th = static_cast<long long>(t) * d.H + h0 + x / nc;
-    const float l = ml[2 * th + 1];
-    olat[th * d.L + c0 + x % nc] = st<S>(l > 0.f ? acc[j] / l : 0.f);
-  }
-  if (blockIdx.z == 0 && tid < nh) {
-    const long long th = static_cast<long long>(t) * d.H + h0 + tid;
-    const float l = ml[2 * th + 1];
-    lse[th] = l > 0.f ? ml[2 * th] + logf(l) : -INFINITY;
-  }
+__global__ void mqa_finish(Dims d, const float* acc, const float* ml, S* olat, float* lse) {
+  const long long th = static_cast<long long>(blockIdx.x) * d.H + blockIdx.y;
+  const float l = ml[2 * th + 1];
+  for (int c = threadIdx.x; c < d.L; c += blockDim.x)
+    olat[th * d.L + c] = st<S>(l > 0.f ? acc[th * d.L + c] / l : 0.f);
+  if (threadIdx.x == 0) lse[th] = l > 0.f ? ml[2 * th] + logf(l) : -INFINITY;
 }
 
 /// uv_proj / uv_proj_static: o[t, h, e] = S(sum_i olat[t, h, i] W_UV[h][e][i]), each output one
-/// thread's sequential sum over i in ascending order, so a row's result does not depend on how
-/// many rows run (the no-copy form runs T_a rows, the copy form T: both must agree bitwise).
-/// A block serves kUvRows rows of one head, staging W_UV[h] and the rows' latents through
-/// shared memory in chunks of kUvChunk latent columns. Grid (ceil(rows / kUvRows), H), 128
-/// threads.
-constexpr int kUvRows = 16;
-constexpr int kUvChunk = 64;
-constexpr int kUvThreads = 128;
+/// warp's dot: lane l sums i = l, l + 32, ... in ascending order, then a fixed shuffle tree. A
+/// row's result therefore depends on neither the number of rows nor the grid (the no-copy form
+/// runs T_a rows, the copy form T: both must agree bitwise). A warp keeps its W_UV row in
+/// registers (up to 32 * kUvRegs latent columns; more are read as they are needed) and serves
+/// rows z, z + gridDim.z, ... Grid (H, ceil(dv / 8), min(rows, kUvRowSplit)), 256 threads.
+constexpr int kUvThreads = 256;
+constexpr int kUvOuts = kUvThreads / 32;  // outputs e per block, a warp each
+constexpr int kUvRegs = 16;
+constexpr int kUvRowSplit = 32;
 
 template <class S>
 __global__ void __launch_bounds__(kUvThreads)
     uv_bmm(Dims d, int rows, const S* olat, const S* w_kv_b, S* o) {
-  __shared__ float ws[kUvThreads][kUvChunk + 1];
-  __shared__ float xs[kUvRows][kUvChunk];
-  const int t0 = blockIdx.x * kUvRows, h = blockIdx.y, nt = min(kUvRows, rows - t0);
-  const S* wh = w_kv_b + static_cast<long long>(h) * (d.dn + d.dv) * d.L + static_cast<long long>(d.dn) * d.L;
-  for (int e0 = 0; e0 < d.dv; e0 += kUvThreads) {
-    const int ne = min(kUvThreads, d.dv - e0), e = e0 + threadIdx.x;
-    float acc[kUvRows];
-    for (int r = 0; r < kUvRows; ++r) acc[r] = 0.f;
-    for (int i0 = 0; i0 < d.L; i0 += kUvChunk) {
-      const int ni = min(kUvChunk, d.L - i0);
-      __syncthreads();
-      for (int x = threadIdx.x; x < ne * ni; x += blockDim.x)
-        ws[x / ni][x % ni] = ld(wh[static_cast<long long>(e0 + x / ni) * d.L + i0 + x % ni]);
-      for (int x = threadIdx.x; x < nt * ni; x += blockDim.x)
-        xs[x / ni][x % ni] =
-            ld(olat[(static_cast<long long>(t0 + x / ni) * d.H + h) * d.L + i0 + x % ni]);
-      __syncthreads();
-      if (threadIdx.x < ne)
-        for (int r = 0; r < nt; ++r)
-          for (int i = 0; i < ni; ++i) acc[r] = fmaf(xs[r][i], ws[threadIdx.x][i], acc[r]);
-    }
-    if (threadIdx.x < ne)
-      for (int r = 0; r < nt; ++r)
-        o[(static_cast<long long>(t0 + r) * d.H + h) * d.dv + e] = st<S>(acc[r]);
+  const int h = blockIdx.x, e = blockIdx.y * kUvOuts + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (e >= d.dv) return;
+  const S* wr = w_kv_b + (static_cast<long long>(h) * (d.dn + d.dv) + d.dn + e) * d.L;
+  float wreg[kUvRegs];
+#pragma unroll
+  for (int j = 0; j < kUvRegs; ++j) {
+    const int i = lane + 32 * j;
+    wreg[j] = i < d.L ? ld(wr[i]) : 0.f;
   }
+  for (int r = blockIdx.z; r < rows; r += gridDim.z) {
+    const S* x = olat + (static_cast<long long>(r) * d.H + h) * d.L;
+    float a = 0.f;
+#pragma unroll
+    for (int j = 0; j < kUvRegs; ++j) {
+      const int i = lane + 32 * j;
+      if (i < d.L) a = fmaf(ld(x[i]), wreg[j], a);
+    }
+    for (int i = lane + 32 * kUvRegs; i < d.L; i += 32) a = fmaf(ld(x[i]), ld(wr[i]), a);
+    a = warp_sum(a);
+    if (lane == 0) o[(static_cast<long long>(r) * d.H + h) * d.dv + e] = st<S>(a);
+  }
+}
+
+/// Launch shape of uv_bmm over `rows` rows.
+inline dim3 uv_grid(const Dims& d, int rows) {
+  return dim3(d.H, (d.dv + kUvOuts - 1) / kUvOuts, rows < kUvRowSplit ? rows : kUvRowSplit);
 }
 
 /// Deterministic pseudo-random fill of the cache entries of positions [0, ctx) of one request

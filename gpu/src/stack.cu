@@ -147,44 +147,18 @@ class StackImpl final : public Stack::Impl {
     max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
     scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
     grow_rope(max_len_);
-    // sparse_mqa: scratch for the scores (then P) and each row's max and sum; as many heads
-    // per block as the opt-in shared memory allows (the results do not depend on the count).
-    mqa_z_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.index_topk));
+    // sparse_mqa: the gathered keys, scores, P (S), P.V in fp32, each row's max and sum.
+    const std::size_t HK = static_cast<std::size_t>(cfg.num_heads) * cfg.index_topk;
+    mqa_keys_ = zeros<S>(T * cfg.index_topk * static_cast<std::size_t>(cfg.kv_lora_rank +
+                                                                         cfg.qk_rope_head_dim));
+    mqa_z_ = zeros<float>(T * HK);
+    mqa_p_ = zeros<S>(T * HK);
+    mqa_acc_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
     mqa_ml_ = zeros<float>(T * cfg.num_heads * 2);
-    int optin = 0;
-    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "cudaDeviceGetAttribute");
-    check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
-          "cudaDeviceGetAttribute");
-    if (gather_) {  // o_proj's partial rows and every rank's, gathered
-      ypart_ = zeros<S>(T * cfg.hidden_size);
-      parts_ = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));
-    }
     T_ = 1;
-    const k::Dims d = dims();
-    const auto fits = [&](int hb) {
-      return std::max(k::mqa_scores_smem(d, hb), k::mqa_pv_smem(d, hb)) <=
-             static_cast<std::size_t>(optin);
-    };
-    mqa_heads_ = std::min(k::kMqaHeads, cfg.num_heads);
-    while (mqa_heads_ > 1 && !fits(mqa_heads_)) mqa_heads_ /= 2;
-    if (!fits(mqa_heads_))
-      throw CudaError("sparse_mqa: kv_lora_rank " + std::to_string(cfg.kv_lora_rank) +
-                      " and index_topk " + std::to_string(cfg.index_topk) + " need " +
-                      std::to_string(std::max(k::mqa_scores_smem(d, 1), k::mqa_pv_smem(d, 1))) +
-                      " bytes of shared memory per block; the device allows " +
-                      std::to_string(optin));
-    check(cudaFuncSetAttribute(k::mqa_scores<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(k::mqa_scores_smem(d, mqa_heads_))),
-          "sparse_mqa shared memory");
-    check(cudaFuncSetAttribute(k::mqa_pv<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(k::mqa_pv_smem(d, mqa_heads_))),
-          "sparse_mqa shared memory");
-    for (const void* f : {reinterpret_cast<const void*>(k::mqa_scores<S>),
-                          reinterpret_cast<const void*>(k::mqa_pv<S>)})
-      check(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 cudaSharedmemCarveoutMaxShared),
-            "sparse_mqa shared memory carveout");
+    check(cudaFuncSetAttribute(k::index_scores, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(k::index_scores_smem(dims()))),
+          "index_scores shared memory");
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
@@ -604,8 +578,8 @@ class StackImpl final : public Stack::Impl {
       }
       if (Ta > 0) {
         if (!shortcut) {
-          const dim3 grid(Ta, (longest_ + 127) / 128);
-          k::index_scores<<<grid, 128, (d.HI * 128 + d.HI) * sizeof(float), stream_>>>(
+          const dim3 grid(Ta, (longest_ + k::kIdxKeys - 1) / k::kIdxKeys);
+          k::index_scores<<<grid, k::kIdxThreads, k::index_scores_smem(d), stream_>>>(
               d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
         }
         k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
@@ -618,24 +592,39 @@ class StackImpl final : public Stack::Impl {
       if (mutant_ == "unjoined-stream" && eager_segment_)  // a slow backend: the race is certain
         k::spin<<<1, 1, 0, stream_>>>(2'000'000);
       if (Ta > 0) {
-        // Fewer heads per block when there are few tokens, to fill the SMs (the results do
-        // not depend on the grouping).
-        const auto heads = [&](int splits) {
-          int hb = k::kMqaHeads;
-          while (hb > 1 && Ta * ((H + hb - 1) / hb) * splits < 2 * sms_) hb /= 2;
-          return std::min(hb, mqa_heads_);
+        const int W = L + d.dr;
+        const long long HK = static_cast<long long>(H) * d.K;
+        k::mqa_gather<S><<<dim3(Ta, (d.K + k::kMqaGatherRows - 1) / k::kMqaGatherRows),
+                           k::kMqaThreads, 0, stream_>>>(d, m, w.kv, topk_->get(),
+                                                         mqa_keys_->get());
+        // Per token t: z_t (H x K) = sigma ql_t c_t^T + sigma qR_t kR_t^T (cuBLAS is column-major:
+        // z_t^T = keys_t ql_t^T with keys_t a W x K column-major view, its first L rows).
+        const float sigma = d.sigma, zero = 0.f, onef = 1.f;
+        const S* keys = mqa_keys_->get();
+        const auto batched = [&](cublasOperation_t ta, int rows, int cols, int depth,
+                                 const float* alpha, const S* a, int lda, long long sa, const S* b,
+                                 int ldb, long long sb, const float* beta, float* c, int ldc,
+                                 long long sc, const char* what) {
+          check_blas(cublasGemmStridedBatchedEx(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
+                                                cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb,
+                                                beta, c, CUDA_R_32F, ldc, sc, Ta, compute_type<S>(),
+                                                CUBLAS_GEMM_DEFAULT),
+                     what);
         };
-        const int kc = (d.K + k::kMqaKeys - 1) / k::kMqaKeys;
-        const int lc = (L + k::kMqaCols - 1) / k::kMqaCols;
-        const int hs = heads(kc), hp = heads(lc);
-        k::mqa_scores<S><<<dim3(Ta, (H + hs - 1) / hs, kc), k::kMqaThreads,
-                           k::mqa_scores_smem(d, hs), stream_>>>(
-            d, m, w.ql->get(), w.qR->get(), w.kv, topk_->get(), mqa_z_->get(), hs);
+        const long long key_stride = static_cast<long long>(d.K) * W;
+        batched(CUBLAS_OP_T, d.K, H, L, &sigma, keys, W, key_stride, w.ql->get(), L,
+                static_cast<long long>(H) * L, &zero, mqa_z_->get(), d.K, HK,
+                "sparse_mqa scores (latent)");
+        batched(CUBLAS_OP_T, d.K, H, d.dr, &sigma, keys + L, W, key_stride, w.qR->get(), d.dr,
+                static_cast<long long>(H) * d.dr, &onef, mqa_z_->get(), d.K, HK,
+                "sparse_mqa scores (rope)");
         k::mqa_softmax<S><<<dim3(Ta, (H + 7) / 8), k::kMqaThreads, 0, stream_>>>(
-            d, topk_->get(), mqa_z_->get(), mqa_ml_->get());
-        k::mqa_pv<S><<<dim3(Ta, (H + hp - 1) / hp, lc), k::kMqaThreads, k::mqa_pv_smem(d, hp),
-                       stream_>>>(d, m, w.kv, topk_->get(), mqa_z_->get(), mqa_ml_->get(), olat,
-                                  w.lse->get(), hp);
+            d, topk_->get(), mqa_z_->get(), mqa_p_->get(), mqa_ml_->get());
+        // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
+        batched(CUBLAS_OP_N, L, H, d.K, &onef, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
+                mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
+        k::mqa_finish<S><<<dim3(Ta, H), 128, 0, stream_>>>(d, mqa_acc_->get(), mqa_ml_->get(), olat,
+                                                            w.lse->get());
         // Trace copies (not part of the op's contract): this layer's sets and latent.
         check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(),
                               static_cast<std::size_t>(Ta) * d.K * sizeof(int),
@@ -656,8 +645,8 @@ class StackImpl final : public Stack::Impl {
       // Mutant: an eager segment's op on a side stream, joined with nothing.
       const cudaStream_t s = mutant_ == "unjoined-stream" && eager_segment_ ? side_ : stream_;
       if (Ta > 0)
-        k::uv_bmm<S><<<dim3((Ta + k::kUvRows - 1) / k::kUvRows, H), k::kUvThreads, 0, s>>>(
-            d, Ta, backend_olat_, w.w_kv_b->get(), out);
+        k::uv_bmm<S><<<k::uv_grid(d, Ta), k::kUvThreads, 0, s>>>(d, Ta, backend_olat_,
+                                                                 w.w_kv_b->get(), out);
     } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
       if (Ta > 0)
         check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_,
@@ -665,8 +654,8 @@ class StackImpl final : public Stack::Impl {
                               cudaMemcpyDeviceToDevice, stream_),
               "latent_copy");
     } else if (op == "uv_proj_static") {  // copy form: all T rows of the static latent
-      k::uv_bmm<S><<<dim3((T + k::kUvRows - 1) / k::kUvRows, H), k::kUvThreads, 0, stream_>>>(
-          d, T, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
+      k::uv_bmm<S><<<k::uv_grid(d, T), k::kUvThreads, 0, stream_>>>(d, T, w.olat_static->get(),
+                                                                   w.w_kv_b->get(), w.o->get());
     } else if (op == "o_proj") {
       // Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph
       // bakes the pointer it had at capture.
@@ -763,13 +752,14 @@ class StackImpl final : public Stack::Impl {
   std::vector<LayerDev<S>> layers_;
   Buf<S> h_, ypart_, parts_;
   RankGather* gather_ = nullptr;
-  Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_;
+  Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_, mqa_acc_;
+  Buf<S> mqa_keys_, mqa_p_;
   Buf<int> topk_, positions_, request_of_token_, block_table_;
   Buf<long long> slots_;
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
-  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, mqa_heads_ = 1, sms_ = 1;
+  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1;
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   std::string mutant_;
   bool in_capture_ = false, in_graph_ = false, eager_segment_ = false;
