@@ -220,53 +220,65 @@ __device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r
 /// indexer_topk, scores: I(t, j) = kscale_j sum_h omega_h relu(q8_h . k8_j), j <= p(t), in
 /// fp32 with a fixed summation order: each dot sequential over the 128 dims; the heads in
 /// kIdxGroups groups (group g: heads g, g + kIdxGroups, ...), each group's sum sequential, then
-/// the groups' sums in order. A block scores kIdxKeys keys of one token: thread (key kk, group
-/// g) = (tid % 32, tid / 32), the token's q8 and the keys' codes staged in shared memory (key
-/// rows padded to 129 floats: no bank conflicts). Grid (T_a, ceil(len / kIdxKeys)), 256 threads.
-constexpr int kIdxKeys = 32;
+/// the groups' sums in order. A block scores 32 * kKpt keys of one token: thread (lane, group g)
+/// = (tid % 32, tid / 32) takes keys lane, lane + 32, ... (kKpt of them, each q value loaded
+/// once for all), the token's q8 and the keys' codes staged in shared memory (key rows padded to
+/// 129 floats: no bank conflicts). A key's score does not depend on kKpt or the grid. Grid (T_a,
+/// ceil(len / (32 kKpt))), 256 threads.
 constexpr int kIdxGroups = 8;
-constexpr int kIdxThreads = kIdxKeys * kIdxGroups;
+constexpr int kIdxThreads = 32 * kIdxGroups;
 
-__host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
-  return sizeof(float) *
-         (static_cast<std::size_t>(d.HI) * 128 + d.HI + kIdxKeys * 129 + kIdxGroups * kIdxKeys);
+__host__ __device__ inline std::size_t index_scores_smem(const Dims& d, int kpt) {
+  return sizeof(float) * (static_cast<std::size_t>(d.HI) * 128 + d.HI +
+                          static_cast<std::size_t>(32 * kpt) * (129 + kIdxGroups));
 }
 
+template <int kKpt>
 __global__ void __launch_bounds__(kIdxThreads)
     index_scores(Dims d, Meta m, const std::uint8_t* q8, const float* omega, IndexCache cache,
                  float* scores, int ld_scores) {
+  constexpr int KB = 32 * kKpt;            // keys per block
   extern __shared__ float sq[];            // HI x 128 codes of q, then HI omegas
   float* om = sq + d.HI * 128;
-  float* keys = om + d.HI;                 // kIdxKeys x 129
-  float* part = keys + kIdxKeys * 129;     // kIdxGroups x kIdxKeys
-  const int t = blockIdx.x, j0 = blockIdx.y * kIdxKeys, tid = threadIdx.x;
+  float* keys = om + d.HI;                 // KB x 129
+  float* part = keys + KB * 129;           // kIdxGroups x KB
+  const int t = blockIdx.x, j0 = blockIdx.y * KB, tid = threadIdx.x;
   const int p = m.positions[t], r = m.request_of_token[t];
   for (int w = tid; w < d.HI * 128; w += blockDim.x)
     sq[w] = e4m3_to_float(q8[static_cast<long long>(t) * d.HI * 128 + w]);
   for (int w = tid; w < d.HI; w += blockDim.x) om[w] = omega[static_cast<long long>(t) * d.HI + w];
-  for (int w = tid; w < kIdxKeys * 128; w += blockDim.x) {
+  for (int w = tid; w < KB * 128; w += blockDim.x) {
     const int kk = w / 128, i = w % 128, j = j0 + kk;
     keys[kk * 129 + i] =
         j <= p ? e4m3_to_float(cache.codes[slot_of(d, m, r, j) * 128 + i]) : 0.f;
   }
   __syncthreads();
-  const int kk = tid % kIdxKeys, g = tid / kIdxKeys;
-  const float* key = keys + kk * 129;
-  float acc = 0.f;
+  const int lane = tid % 32, g = tid / 32;
+  float acc[kKpt];
+#pragma unroll
+  for (int u = 0; u < kKpt; ++u) acc[u] = 0.f;
   for (int h = g; h < d.HI; h += kIdxGroups) {
     const float* qh = sq + h * 128;
-    float dot = 0.f;
-    for (int i = 0; i < 128; ++i) dot = fmaf(qh[i], key[i], dot);
-    acc = fmaf(om[h], fmaxf(dot, 0.f), acc);
+    float dot[kKpt];
+#pragma unroll
+    for (int u = 0; u < kKpt; ++u) dot[u] = 0.f;
+    for (int i = 0; i < 128; ++i) {
+      const float q = qh[i];
+#pragma unroll
+      for (int u = 0; u < kKpt; ++u) dot[u] = fmaf(q, keys[(lane + 32 * u) * 129 + i], dot[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kKpt; ++u) acc[u] = fmaf(om[h], fmaxf(dot[u], 0.f), acc[u]);
   }
-  part[g * kIdxKeys + kk] = acc;
+#pragma unroll
+  for (int u = 0; u < kKpt; ++u) part[g * KB + lane + 32 * u] = acc[u];
   __syncthreads();
-  const int j = j0 + tid;
-  if (tid < kIdxKeys && j <= p) {
+  for (int x = tid; x < KB; x += blockDim.x) {
+    const int j = j0 + x;
+    if (j > p) continue;
     float total = 0.f;
-    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * kIdxKeys + tid];
-    scores[static_cast<long long>(t) * ld_scores + j] =
-        cache.scales[slot_of(d, m, r, j)] * total;
+    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * KB + x];
+    scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[slot_of(d, m, r, j)] * total;
   }
 }
 
@@ -447,7 +459,7 @@ __global__ void mqa_finish(Dims d, const float* acc, const float* ml, S* olat, f
 constexpr int kUvThreads = 256;
 constexpr int kUvOuts = kUvThreads / 32;  // outputs e per block, a warp each
 constexpr int kUvRegs = 16;
-constexpr int kUvRowSplit = 32;
+constexpr int kUvRowSplit = 4;  // a warp serves rows/4 rows: W_UV read once per warp
 
 template <class S>
 __global__ void __launch_bounds__(kUvThreads)

@@ -155,9 +155,18 @@ class StackImpl final : public Stack::Impl {
     mqa_p_ = zeros<S>(T * HK);
     mqa_acc_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
     mqa_ml_ = zeros<float>(T * cfg.num_heads * 2);
+    if (gather_) {  // o_proj's partial rows and every rank's, gathered
+      ypart_ = zeros<S>(T * cfg.hidden_size);
+      parts_ = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));
+    }
     T_ = 1;
-    check(cudaFuncSetAttribute(k::index_scores, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(k::index_scores_smem(dims()))),
+    check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute");
+    check(cudaFuncSetAttribute(k::index_scores<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(k::index_scores_smem(dims(), 1))),
+          "index_scores shared memory");
+    check(cudaFuncSetAttribute(k::index_scores<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(k::index_scores_smem(dims(), 4))),
           "index_scores shared memory");
     check(cudaDeviceSynchronize(), "stack setup");
   }
@@ -578,9 +587,15 @@ class StackImpl final : public Stack::Impl {
       }
       if (Ta > 0) {
         if (!shortcut) {
-          const dim3 grid(Ta, (longest_ + k::kIdxKeys - 1) / k::kIdxKeys);
-          k::index_scores<<<grid, k::kIdxThreads, k::index_scores_smem(d), stream_>>>(
-              d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
+          // Four keys a thread once there are blocks enough to fill the SMs (same bits).
+          if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
+            k::index_scores<4><<<dim3(Ta, (longest_ + 127) / 128), k::kIdxThreads,
+                                 k::index_scores_smem(d, 4), stream_>>>(
+                d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
+          else
+            k::index_scores<1><<<dim3(Ta, (longest_ + 31) / 32), k::kIdxThreads,
+                                 k::index_scores_smem(d, 1), stream_>>>(
+                d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
         }
         k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
       }
@@ -759,7 +774,7 @@ class StackImpl final : public Stack::Impl {
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
-  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1;
+  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, sms_ = 1;
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   std::string mutant_;
   bool in_capture_ = false, in_graph_ = false, eager_segment_ = false;
