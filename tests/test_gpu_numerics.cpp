@@ -6,6 +6,7 @@
 
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
+#include "dsv32/gpu/device.hpp"
 #include "support/gpu.hpp"
 
 namespace dsv32 {
@@ -43,6 +44,16 @@ TEST(GpuNumerics, E4m3ConversionIsBitExactWithTheOracle) {
     }
     ASSERT_EQ(dev[i], e4m3_bits(xs[i])) << "x = " << xs[i];
   }
+}
+
+// indexer_topk picks one of two score kernels by how many blocks a step has; a key's score must
+// not depend on which (a plan or a batch size would otherwise change the top-k sets).
+TEST(GpuNumerics, BothIndexScoreKernelsGiveTheSameBits) {
+  DSV32_REQUIRE_GPU();
+  for (int heads : {1, 3, 8, 64})
+    for (int keys : {1, 31, 200, 4099})
+      EXPECT_EQ(gpu::index_score_kernels_disagree(heads, keys, 7), "")
+          << heads << " heads, " << keys << " keys";
 }
 
 }  // namespace

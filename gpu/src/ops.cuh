@@ -220,66 +220,92 @@ __device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r
 /// indexer_topk, scores: I(t, j) = kscale_j sum_h omega_h relu(q8_h . k8_j), j <= p(t), in
 /// fp32 with a fixed summation order: each dot sequential over the 128 dims; the heads in
 /// kIdxGroups groups (group g: heads g, g + kIdxGroups, ...), each group's sum sequential, then
-/// the groups' sums in order. A block scores 32 * kKpt keys of one token: thread (lane, group g)
-/// = (tid % 32, tid / 32) takes keys lane, lane + 32, ... (kKpt of them, each q value loaded
-/// once for all), the token's q8 and the keys' codes staged in shared memory (key rows padded to
-/// 129 floats: no bank conflicts). A key's score does not depend on kKpt or the grid. Grid (T_a,
-/// ceil(len / (32 kKpt))), 256 threads.
+/// the groups' sums in order. Two kernels compute exactly that, so a score does not depend on
+/// which ran: index_scores_grouped for few blocks (a thread per (key, group)) and
+/// index_scores_keys once the keys alone fill the SMs (a thread per key, its codes in
+/// registers). The token's q8 is staged in shared memory.
 constexpr int kIdxGroups = 8;
 constexpr int kIdxThreads = 32 * kIdxGroups;
+constexpr int kIdxKeyThreads = 128;
 
-__host__ __device__ inline std::size_t index_scores_smem(const Dims& d, int kpt) {
-  return sizeof(float) * (static_cast<std::size_t>(d.HI) * 128 + d.HI +
-                          static_cast<std::size_t>(32 * kpt) * (129 + kIdxGroups));
+__host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
+  return sizeof(float) * (static_cast<std::size_t>(d.HI) * 128 + d.HI + 32 * (129 + kIdxGroups));
 }
 
-template <int kKpt>
-__global__ void __launch_bounds__(kIdxThreads)
-    index_scores(Dims d, Meta m, const std::uint8_t* q8, const float* omega, IndexCache cache,
-                 float* scores, int ld_scores) {
-  constexpr int KB = 32 * kKpt;            // keys per block
-  extern __shared__ float sq[];            // HI x 128 codes of q, then HI omegas
-  float* om = sq + d.HI * 128;
-  float* keys = om + d.HI;                 // KB x 129
-  float* part = keys + KB * 129;           // kIdxGroups x KB
-  const int t = blockIdx.x, j0 = blockIdx.y * KB, tid = threadIdx.x;
-  const int p = m.positions[t], r = m.request_of_token[t];
-  for (int w = tid; w < d.HI * 128; w += blockDim.x)
+/// Stages the token's q8 codes (as floats) and omegas in shared memory.
+__device__ __forceinline__ void stage_index_q(const Dims& d, int t, const std::uint8_t* q8,
+                                              const float* omega, float* sq) {
+  for (int w = threadIdx.x; w < d.HI * 128; w += blockDim.x)
     sq[w] = e4m3_to_float(q8[static_cast<long long>(t) * d.HI * 128 + w]);
-  for (int w = tid; w < d.HI; w += blockDim.x) om[w] = omega[static_cast<long long>(t) * d.HI + w];
-  for (int w = tid; w < KB * 128; w += blockDim.x) {
+  for (int w = threadIdx.x; w < d.HI; w += blockDim.x)
+    sq[d.HI * 128 + w] = omega[static_cast<long long>(t) * d.HI + w];
+}
+
+/// 32 keys of one token a block; thread (lane, group g) = (tid % 32, tid / 32); key codes
+/// staged in shared memory (rows padded to 129 floats: no bank conflicts). Grid (T_a,
+/// ceil(len / 32)), 256 threads.
+__global__ void __launch_bounds__(kIdxThreads)
+    index_scores_grouped(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
+                         IndexCache cache, float* scores, int ld_scores) {
+  extern __shared__ float sq[];            // HI x 128 codes of q, then HI omegas
+  const float* om = sq + d.HI * 128;
+  float* keys = sq + d.HI * 128 + d.HI;    // 32 x 129
+  float* part = keys + 32 * 129;           // kIdxGroups x 32
+  const int t = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x;
+  const int p = m.positions[t], r = m.request_of_token[t];
+  stage_index_q(d, t, q8, omega, sq);
+  for (int w = tid; w < 32 * 128; w += blockDim.x) {
     const int kk = w / 128, i = w % 128, j = j0 + kk;
     keys[kk * 129 + i] =
         j <= p ? e4m3_to_float(cache.codes[slot_of(d, m, r, j) * 128 + i]) : 0.f;
   }
   __syncthreads();
   const int lane = tid % 32, g = tid / 32;
-  float acc[kKpt];
-#pragma unroll
-  for (int u = 0; u < kKpt; ++u) acc[u] = 0.f;
+  const float* key = keys + lane * 129;
+  float acc = 0.f;
   for (int h = g; h < d.HI; h += kIdxGroups) {
     const float* qh = sq + h * 128;
-    float dot[kKpt];
-#pragma unroll
-    for (int u = 0; u < kKpt; ++u) dot[u] = 0.f;
-    for (int i = 0; i < 128; ++i) {
-      const float q = qh[i];
-#pragma unroll
-      for (int u = 0; u < kKpt; ++u) dot[u] = fmaf(q, keys[(lane + 32 * u) * 129 + i], dot[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kKpt; ++u) acc[u] = fmaf(om[h], fmaxf(dot[u], 0.f), acc[u]);
+    float dot = 0.f;
+    for (int i = 0; i < 128; ++i) dot = fmaf(qh[i], key[i], dot);
+    acc = fmaf(om[h], fmaxf(dot, 0.f), acc);
   }
-#pragma unroll
-  for (int u = 0; u < kKpt; ++u) part[g * KB + lane + 32 * u] = acc[u];
+  part[g * 32 + lane] = acc;
   __syncthreads();
-  for (int x = tid; x < KB; x += blockDim.x) {
-    const int j = j0 + x;
-    if (j > p) continue;
+  const int j = j0 + tid;
+  if (tid < 32 && j <= p) {
     float total = 0.f;
-    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * KB + x];
+    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * 32 + tid];
     scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[slot_of(d, m, r, j)] * total;
   }
+}
+
+/// A thread per key, its 128 codes in registers, the groups' sums in registers. Grid (T_a,
+/// ceil(len / 128)), 128 threads.
+__global__ void __launch_bounds__(kIdxKeyThreads)
+    index_scores_keys(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
+                      IndexCache cache, float* scores, int ld_scores) {
+  extern __shared__ float sq[];  // HI x 128 codes of q, then HI omegas
+  const float* om = sq + d.HI * 128;
+  const int t = blockIdx.x;
+  stage_index_q(d, t, q8, omega, sq);
+  __syncthreads();
+  const int j = blockIdx.y * blockDim.x + threadIdx.x, p = m.positions[t];
+  if (j > p) return;
+  const long long s = slot_of(d, m, m.request_of_token[t], j);
+  float kv[128];
+  for (int i = 0; i < 128; ++i) kv[i] = e4m3_to_float(cache.codes[s * 128 + i]);
+  float total = 0.f;
+#pragma unroll
+  for (int g = 0; g < kIdxGroups; ++g) {
+    float acc = 0.f;
+    for (int h = g; h < d.HI; h += kIdxGroups) {
+      float dot = 0.f;
+      for (int i = 0; i < 128; ++i) dot = fmaf(sq[h * 128 + i], kv[i], dot);
+      acc = fmaf(om[h], fmaxf(dot, 0.f), acc);
+    }
+    total += acc;
+  }
+  scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * total;
 }
 
 /// Busy-waits `cycles` clock cycles (mutant unjoined-stream: a slow backend on the main stream).

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 
 #include "check.cuh"
 #include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/rng.hpp"
 #include "dsv32/oracle/rope.hpp"
 #include "ops.cuh"
 
@@ -162,12 +164,11 @@ class StackImpl final : public Stack::Impl {
     T_ = 1;
     check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute");
-    check(cudaFuncSetAttribute(k::index_scores<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(k::index_scores_smem(dims(), 1))),
-          "index_scores shared memory");
-    check(cudaFuncSetAttribute(k::index_scores<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(k::index_scores_smem(dims(), 4))),
-          "index_scores shared memory");
+    for (const void* f : {reinterpret_cast<const void*>(k::index_scores_grouped),
+                          reinterpret_cast<const void*>(k::index_scores_keys)})
+      check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(k::index_scores_smem(dims()))),
+            "index_scores shared memory");
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
@@ -587,14 +588,15 @@ class StackImpl final : public Stack::Impl {
       }
       if (Ta > 0) {
         if (!shortcut) {
-          // Four keys a thread once there are blocks enough to fill the SMs (same bits).
+          // A thread per key once the keys alone fill the SMs; else per (key, head group).
+          // Both sum in the same order: a score's bits do not depend on the choice.
           if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
-            k::index_scores<4><<<dim3(Ta, (longest_ + 127) / 128), k::kIdxThreads,
-                                 k::index_scores_smem(d, 4), stream_>>>(
+            k::index_scores_keys<<<dim3(Ta, (longest_ + 127) / 128), k::kIdxKeyThreads,
+                                   k::index_scores_smem(d), stream_>>>(
                 d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
           else
-            k::index_scores<1><<<dim3(Ta, (longest_ + 31) / 32), k::kIdxThreads,
-                                 k::index_scores_smem(d, 1), stream_>>>(
+            k::index_scores_grouped<<<dim3(Ta, (longest_ + 31) / 32), k::kIdxThreads,
+                                      k::index_scores_smem(d), stream_>>>(
                 d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
         }
         k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
@@ -803,6 +805,60 @@ Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_
   else
     impl_ = std::make_unique<StackImpl<float>>(cfg, weights, num_blocks, max_tokens, device,
                                                gather);
+}
+
+std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed) {
+  if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
+  if (heads < 1 || keys < 1) throw std::invalid_argument("index_score_kernels: heads, keys >= 1");
+  const rng::Stream s(seed, "index-score-kernels");
+  const auto code = [&](std::uint64_t i) {  // any finite e4m3 code (0x7F / 0xFF are NaN)
+    return static_cast<std::uint8_t>(s.below(i, 0x7F) | (s.below(i + (1ull << 40), 2) << 7));
+  };
+  k::Dims d{};
+  d.HI = heads;
+  d.dI = 128;
+  d.B = 64;
+  d.max_blocks = (keys + d.B - 1) / d.B;
+  std::vector<std::uint8_t> q8(static_cast<std::size_t>(heads) * 128), kc(
+      static_cast<std::size_t>(d.max_blocks) * d.B * 128);
+  std::vector<float> omega(heads), ks(static_cast<std::size_t>(d.max_blocks) * d.B);
+  std::vector<int> table(d.max_blocks);
+  for (std::size_t i = 0; i < q8.size(); ++i) q8[i] = code(i);
+  for (std::size_t i = 0; i < kc.size(); ++i) kc[i] = code(i + q8.size());
+  for (int h = 0; h < heads; ++h) omega[h] = static_cast<float>(s.symmetric(1000000 + h));
+  for (std::size_t j = 0; j < ks.size(); ++j)
+    ks[j] = static_cast<float>(std::ldexp(1.0 + s.uniform(2000000 + j), -8));
+  for (int b = 0; b < d.max_blocks; ++b) table[b] = d.max_blocks - 1 - b;  // reversed pages
+  const auto dev = [](const auto& host) {
+    using T = typename std::decay_t<decltype(host)>::value_type;
+    auto buf = zeros<T>(host.size());
+    check(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+          "index_score_kernels upload");
+    return buf;
+  };
+  const auto dq = dev(q8), dk = dev(kc);
+  const auto dom = dev(omega), dks = dev(ks);
+  const auto dt = dev(table), pos = dev(std::vector<int>{keys - 1}), req = dev(std::vector<int>{0});
+  auto a = zeros<float>(keys), b = zeros<float>(keys);
+  const k::Meta m{pos->get(), nullptr, req->get(), dt->get(), nullptr, nullptr};
+  const k::IndexCache cache{dk->get(), dks->get()};
+  const std::size_t smem = k::index_scores_smem(d);
+  for (const void* f : {reinterpret_cast<const void*>(k::index_scores_grouped),
+                        reinterpret_cast<const void*>(k::index_scores_keys)})
+    check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "index_scores shared memory");
+  k::index_scores_grouped<<<dim3(1, (keys + 31) / 32), k::kIdxThreads, smem>>>(
+      d, m, dq->get(), dom->get(), cache, a->get(), keys);
+  k::index_scores_keys<<<dim3(1, (keys + 127) / 128), k::kIdxKeyThreads, smem>>>(
+      d, m, dq->get(), dom->get(), cache, b->get(), keys);
+  check(cudaGetLastError(), "index_score_kernels launch");
+  const std::vector<float> x = download(a->get(), keys), y = download(b->get(), keys);
+  for (int j = 0; j < keys; ++j)
+    if (std::memcmp(&x[j], &y[j], sizeof(float)) != 0)
+      return "key " + std::to_string(j) + ": grouped " + std::to_string(x[j]) + ", per key " +
+             std::to_string(y[j]);
+  return "";
 }
 
 Stack::~Stack() {

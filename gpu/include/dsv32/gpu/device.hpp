@@ -30,4 +30,10 @@ std::vector<std::uint16_t> device_bf16_bits(const std::vector<float>& xs);
 /// e4m3fn bit patterns of xs as the device's saturating conversion computes them.
 std::vector<std::uint8_t> device_e4m3_bits(const std::vector<float>& xs);
 
+/// The two kernels of indexer_topk's scores (a thread per (key, head group) for few tokens, a
+/// thread per key for many) on one random token with `heads` indexer heads and `keys` cached
+/// keys (codes from the counter RNG with `seed`): "" when every score agrees bit for bit, else
+/// the first difference.
+std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed);
+
 }  // namespace dsv32::gpu
