@@ -339,13 +339,17 @@ __device__ __forceinline__ int block_scan(int v, int* sh, int& total) {
 }
 
 /// indexer_topk, selection: rows [0, T_a) of the shared buffer. All of 0..p in order when
-/// p + 1 <= K, else the K best keys by an 8-pass radix select, written in ascending position
-/// order. One block (1024 threads) per token; histogram counts do not depend on atomic order.
+/// p + 1 <= K, else the K best keys by a radix select over 8-bit digits of (score, position),
+/// written in ascending position order. After each pass the digit's bucket is found by warp 0
+/// (a lane per 8 digits, a shuffle scan over lanes); once the whole bucket is needed (its count
+/// is what is left of K: always, after the score's bits, unless scores tie) every key with the
+/// prefix is taken and the passes stop. One block (1024 threads) per token; histogram counts do
+/// not depend on atomic order, and the set is the same as a full 8-pass select's.
 __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk) {
   __shared__ unsigned int hist[256];
   __shared__ int scan[1024];
   __shared__ unsigned long long prefix_sh;
-  __shared__ int k_left_sh;
+  __shared__ int k_left_sh, done_sh;
   const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K;
   int* out = topk + static_cast<long long>(t) * K;
   const float* sc = scores + static_cast<long long>(t) * ld_scores;
@@ -363,20 +367,38 @@ __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, 
       if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int acc = 0, digit = 255;
-      for (; digit > 0; --digit) {
-        if (acc + static_cast<int>(hist[digit]) >= k_left) break;
-        acc += static_cast<int>(hist[digit]);
+    if (threadIdx.x < 32) {
+      // Lane l holds digits 255 - 8l down to 248 - 8l; the lanes before it, every higher digit.
+      const int lane = threadIdx.x;
+      int c[8], sum = 0;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) sum += c[q] = static_cast<int>(hist[255 - 8 * lane - q]);
+      int incl = sum;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
       }
-      prefix_sh = prefix | (static_cast<unsigned long long>(digit) << shift);
-      k_left_sh = k_left - acc;
+      int acc = incl - sum;
+      if (acc < k_left && incl >= k_left) {  // the K-th best key's digit is in this lane's range
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          if (acc + c[q] >= k_left) {
+            prefix_sh = prefix | (static_cast<unsigned long long>(255 - 8 * lane - q) << shift);
+            k_left_sh = k_left - acc;
+            done_sh = c[q] == k_left - acc;
+            break;
+          }
+          acc += c[q];
+        }
+      }
     }
     __syncthreads();
     prefix = prefix_sh;
     k_left = k_left_sh;
     mask |= 0xFFull << shift;
+    const bool done = done_sh;
     __syncthreads();
+    if (done) break;  // prefix's lower bits are 0: every key of the bucket is >= it
   }
   // prefix is the K-th best key; emit every key >= it in ascending position order.
   int base = 0;
