@@ -45,15 +45,22 @@ __device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) 
   b = x * s + y * c;
 }
 
-/// RMSNorm rows: out = S(in / sqrt(mean(in^2) + eps) * g). One block per row.
+/// RMSNorm rows: out = S(in / sqrt(mean(in^2) + eps) * g). One block of kNormThreads per row;
+/// the loops unrolled so that a thread's loads are in flight together (a decode step has one
+/// row: latency, not bandwidth, is its cost).
+constexpr int kNormThreads = 1024;
+
 template <class S>
-__global__ void rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
   __shared__ float sh[32];
   const S* x = in + static_cast<long long>(blockIdx.x) * in_ld;
   float ss = 0.f;
+#pragma unroll 4
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
   const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
   S* y = out + static_cast<long long>(blockIdx.x) * out_ld;
+#pragma unroll 4
   for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
 }
 

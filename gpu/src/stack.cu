@@ -529,8 +529,8 @@ class StackImpl final : public Stack::Impl {
     const int T = T_, Ta = Ta_, H = d.H, L = d.L, dq = d.dn + d.dr, dkv = d.dn + d.dv;
     const float one = 1.f, zero = 0.f;
     if (op == "input_norm") {
-      k::rmsnorm<S>
-          <<<T, 256, 0, stream_>>>(h_->get(), d.D, w.g_in->get(), w.x->get(), d.D, d.D, d.eps);
+      k::rmsnorm<S><<<T, k::kNormThreads, 0, stream_>>>(h_->get(), d.D, w.g_in->get(),
+                                                        w.x->get(), d.D, d.D, d.eps);
     } else if (op == "qkv_a_proj") {
       gemm(w.x->get(), d.D, w.w_qkv_a->get(), w.qkv->get(), d.Rq + L + d.dr, T, d.Rq + L + d.dr,
            d.D, "qkv_a_proj");
@@ -538,8 +538,9 @@ class StackImpl final : public Stack::Impl {
       gemm(w.x->get(), d.D, w.iw_kw->get(), w.kw->get(), d.dI + d.HI, T, d.dI + d.HI, d.D,
            "indexer_wk_proj");
     } else if (op == "norm_rope_cache") {
-      k::rmsnorm<S><<<T, 256, 0, stream_>>>(w.qkv->get(), d.Rq + L + d.dr, w.g_q->get(),
-                                            w.q_c->get(), d.Rq, d.Rq, d.eps);
+      k::rmsnorm<S><<<T, k::kNormThreads, 0, stream_>>>(w.qkv->get(), d.Rq + L + d.dr,
+                                                        w.g_q->get(), w.q_c->get(), d.Rq, d.Rq,
+                                                        d.eps);
       k::kv_insert<S><<<T, 256, (L + 32) * sizeof(float), stream_>>>(
           d, m, w.qkv->get(), w.g_kv->get(), w.kv, w.kR->get());
       if (cfg.is_full_layer(l))
