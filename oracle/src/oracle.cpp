@@ -254,8 +254,12 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
   const double sigma = c.softmax_scale();
   const double eps = c.rms_norm_eps;
   const bool round = rounds_bf16();
-  const auto store = [round](Mat& m) {
-    if (round) m = m.unaryExpr([](double v) { return round_bf16(v); });
+  const auto store = [round](Mat& m) {  // in place, across the threads for large tensors
+    if (!round) return;
+    double* p = m.data();
+    const std::ptrdiff_t n = m.size();
+#pragma omp parallel for schedule(static) if (n >= (std::ptrdiff_t{1} << 16))
+    for (std::ptrdiff_t i = 0; i < n; ++i) p[i] = round_bf16(p[i]);
   };
   const auto dtype = [&](const char* s) {
     return mode_ == Mode::exact && std::string_view(s) != "topk" ? DType::float64
