@@ -68,6 +68,18 @@ std::unique_ptr<DeviceBuffer<T>> zeros(std::size_t n, int byte = 0) {
   return buf;
 }
 
+/// Opts both index-score kernels in to the shared memory they need for d (on the current
+/// device); returns that size.
+std::size_t allow_index_scores_smem(const k::Dims& d) {
+  const std::size_t smem = k::index_scores_smem(d);
+  for (const void* f : {reinterpret_cast<const void*>(k::index_scores_grouped),
+                        reinterpret_cast<const void*>(k::index_scores_keys)})
+    check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)),
+          "index_scores shared memory");
+  return smem;
+}
+
 template <class T>
 std::vector<T> download(const T* p, std::size_t n) {
   std::vector<T> out(n);
@@ -164,11 +176,7 @@ class StackImpl final : public Stack::Impl {
     T_ = 1;
     check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute");
-    for (const void* f : {reinterpret_cast<const void*>(k::index_scores_grouped),
-                          reinterpret_cast<const void*>(k::index_scores_keys)})
-      check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(k::index_scores_smem(dims()))),
-            "index_scores shared memory");
+    allow_index_scores_smem(dims());
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
@@ -617,7 +625,7 @@ class StackImpl final : public Stack::Impl {
                                                          mqa_keys_->get());
         // Per token t: z_t (H x K) = sigma ql_t c_t^T + sigma qR_t kR_t^T (cuBLAS is column-major:
         // z_t^T = keys_t ql_t^T with keys_t a W x K column-major view, its first L rows).
-        const float sigma = d.sigma, zero = 0.f, onef = 1.f;
+        const float sigma = d.sigma;
         const S* keys = mqa_keys_->get();
         const auto batched = [&](cublasOperation_t ta, int rows, int cols, int depth,
                                  const float* alpha, const S* a, int lda, long long sa, const S* b,
@@ -634,12 +642,12 @@ class StackImpl final : public Stack::Impl {
                 static_cast<long long>(H) * L, &zero, mqa_z_->get(), d.K, HK,
                 "sparse_mqa scores (latent)");
         batched(CUBLAS_OP_T, d.K, H, d.dr, &sigma, keys + L, W, key_stride, w.qR->get(), d.dr,
-                static_cast<long long>(H) * d.dr, &onef, mqa_z_->get(), d.K, HK,
+                static_cast<long long>(H) * d.dr, &one, mqa_z_->get(), d.K, HK,
                 "sparse_mqa scores (rope)");
         k::mqa_softmax<S><<<dim3(Ta, (H + 7) / 8), k::kMqaThreads, 0, stream_>>>(
             d, topk_->get(), mqa_z_->get(), mqa_p_->get(), mqa_ml_->get());
         // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
-        batched(CUBLAS_OP_N, L, H, d.K, &onef, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
+        batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
                 mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
         k::mqa_finish<S><<<dim3(Ta, H), 128, 0, stream_>>>(d, mqa_acc_->get(), mqa_ml_->get(), olat,
                                                             w.lse->get());
@@ -794,8 +802,7 @@ class StackImpl final : public Stack::Impl {
 Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_tokens, int device,
              RankGather* gather) {
   if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
-  int count = 0;
-  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  const int count = device_count();
   if (device < 0 || device >= count)
     throw CudaError("gpu stack: device " + std::to_string(device) + " is not visible (" +
                     std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
@@ -843,12 +850,7 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
   auto a = zeros<float>(keys), b = zeros<float>(keys);
   const k::Meta m{pos->get(), nullptr, req->get(), dt->get(), nullptr, nullptr};
   const k::IndexCache cache{dk->get(), dks->get()};
-  const std::size_t smem = k::index_scores_smem(d);
-  for (const void* f : {reinterpret_cast<const void*>(k::index_scores_grouped),
-                        reinterpret_cast<const void*>(k::index_scores_keys)})
-    check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem)),
-          "index_scores shared memory");
+  const std::size_t smem = allow_index_scores_smem(d);
   k::index_scores_grouped<<<dim3(1, (keys + 31) / 32), k::kIdxThreads, smem>>>(
       d, m, dq->get(), dom->get(), cache, a->get(), keys);
   k::index_scores_keys<<<dim3(1, (keys + 127) / 128), k::kIdxKeyThreads, smem>>>(
@@ -933,10 +935,6 @@ int Stack::capture_count() const {
 
 const Config& Stack::config() const {
   return impl_->cfg;
-}
-
-int Stack::device() const {
-  return impl_->device;
 }
 
 }  // namespace dsv32::gpu

@@ -195,11 +195,10 @@ CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1
 CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n, double scale) {
   // At the stage's run scale where that is larger (a step whose values cancelled), but never
   // past the vacuity cap: that widening alone does not make a gate vacuous.
-  const double own = 2.0 * gamma_fp32(n) * max_abs(t0);
-  const bool widened = scale > max_abs(t0);
+  const double rel = 2.0 * gamma_fp32(n), own_scale = max_abs(t0), own = rel * own_scale;
+  const bool widened = scale > own_scale;
   const double tol =
-      widened ? std::max(own, std::min(2.0 * gamma_fp32(n) * scale, vacuity_cap(t0, DType::float32)))
-              : own;
+      widened ? std::max(own, std::min(rel * scale, vacuity_cap(t0, DType::float32))) : own;
   CompareResult r = measure(got, t0, tol,
                             (widened ? "2*gamma_n*max(max|T0|, run scale) capped, n="
                                      : "2*gamma_n*max|T0|, n=") +

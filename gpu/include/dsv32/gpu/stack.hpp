@@ -62,7 +62,6 @@ class Stack {
   /// Captures held: one per (plan name, capture size), reused by every later step of that size.
   int capture_count() const;
   const Config& config() const;
-  int device() const;
   /// Fills the cache entries of positions [0, ctx) of every request of `in` with deterministic
   /// pseudo-random values (benchmarks: long contexts without running their prefill).
   void synthesize_context(const StepInput& in);
