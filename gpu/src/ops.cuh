@@ -51,28 +51,31 @@ __device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) 
 constexpr int kNormThreads = 1024;
 
 template <class S>
-__global__ void __launch_bounds__(kNormThreads)
-    rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
-  __shared__ float sh[32];
-  const S* x = in + static_cast<long long>(blockIdx.x) * in_ld;
+__device__ __forceinline__ void rmsnorm_row(const S* x, const S* g, S* y, int n, float eps,
+                                            float* sh) {
   float ss = 0.f;
 #pragma unroll 4
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
   const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
-  S* y = out + static_cast<long long>(blockIdx.x) * out_ld;
 #pragma unroll 4
   for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
 }
 
-/// norm_rope_cache, MLA part: c = RMSNorm(ckv) * g_kv, kR = rope(kpe_raw); cache insert at the
-/// token's slot (skipped when slot < 0); kR also to its trace buffer. One block per token.
 template <class S>
-__global__ void kv_insert(Dims d, Meta m, const S* qkv, const S* g_kv, KvCache<S> cache,
-                          S* kR_out) {
-  extern __shared__ float smem[];
-  float* c = smem;         // L
-  float* sh = smem + d.L;  // 32
-  const int t = blockIdx.x;
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
+  __shared__ float sh[32];
+  rmsnorm_row(in + static_cast<long long>(blockIdx.x) * in_ld, g,
+              out + static_cast<long long>(blockIdx.x) * out_ld, n, eps, sh);
+}
+
+/// norm_rope_cache, MLA part: c = RMSNorm(ckv) * g_kv, kR = rope(kpe_raw); cache insert at the
+/// token's slot (skipped when slot < 0); kR also to its trace buffer. One block, token t; `c`
+/// L floats and `sh` 32 of shared memory.
+template <class S>
+__device__ __forceinline__ void kv_insert(const Dims& d, const Meta& m, int t, const S* qkv,
+                                          const S* g_kv, const KvCache<S>& cache, S* kR_out,
+                                          float* c, float* sh) {
   const S* row = qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr);
   float ss = 0.f;
   for (int i = threadIdx.x; i < d.L; i += blockDim.x) {
@@ -160,13 +163,14 @@ __device__ __forceinline__ void rotate_quantize(const Dims& d, const Meta& m, fl
 }
 
 /// norm_rope_cache, indexer part (F layers): kI = LayerNorm(kraw) * g_k + b_k, rotated and
-/// quantized; trace buffers and, for slot >= 0, the indexer cache. One block of 128 per token.
+/// quantized; trace buffers and, for slot >= 0, the indexer cache. One block of 128, token t;
+/// `v` 128 floats and `sh` 32 of shared memory.
 template <class S>
-__global__ void index_k_insert(Dims d, Meta m, const S* kw, const S* g_k, const S* b_k,
-                               IndexCache cache, std::uint8_t* k8_out, float* kscale_out) {
-  __shared__ float v[128];
-  __shared__ float sh[32];
-  const int t = blockIdx.x, i = threadIdx.x;
+__device__ __forceinline__ void index_k_insert(const Dims& d, const Meta& m, int t, const S* kw,
+                                               const S* g_k, const S* b_k,
+                                               const IndexCache& cache, std::uint8_t* k8_out,
+                                               float* kscale_out, float* v, float* sh) {
+  const int i = threadIdx.x;
   const float x = ld(kw[static_cast<long long>(t) * (d.dI + d.HI) + i]);
   const float mean = block_sum(x, sh) / 128.f;
   const float var = block_sum((x - mean) * (x - mean), sh) / 128.f;
@@ -181,26 +185,63 @@ __global__ void index_k_insert(Dims d, Meta m, const S* kw, const S* g_k, const 
   if (i == 0) cache.scales[slot] = kscale_out[t];
 }
 
-/// Clears the shared top-k rows [0, T) to -1 (F layers, in norm_rope_cache).
-__global__ void topk_clear(int* topk, long long n) {
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) topk[i] = -1;
+/// norm_rope_cache as one launch: grid (T, 4), kNormRopeThreads threads; blockIdx.y picks the
+/// part for token t = blockIdx.x: 0 q_c = RMSNorm(cq) * g_q, 1 the MLA latent and kR into the
+/// cache (kv_insert), 2 the indexer key into its cache (F layers: `index_k`), 3 the shared
+/// top-k row t cleared to -1 (`clear`: F layers, or a mutant's choice). The parts touch
+/// disjoint data. Dynamic shared memory: L + 32 floats.
+constexpr int kNormRopeThreads = 128;  // index_k_insert's vector: a thread per dimension
+
+template <class S>
+__global__ void __launch_bounds__(kNormRopeThreads)
+    norm_rope_cache(Dims d, Meta m, const S* qkv, const S* g_q, S* q_c, const S* g_kv,
+                    KvCache<S> cache, S* kR_out, bool index_k, const S* kw, const S* g_k,
+                    const S* b_k, IndexCache index, std::uint8_t* k8_out, float* kscale_out,
+                    bool clear, int* topk) {
+  extern __shared__ float smem[];
+  float* sh = smem;        // 32
+  float* buf = smem + 32;  // L (kv_insert) or 128 (index_k_insert)
+  const int t = blockIdx.x;
+  switch (blockIdx.y) {
+    case 0:
+      rmsnorm_row(qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr), g_q,
+                  q_c + static_cast<long long>(t) * d.Rq, d.Rq, d.eps, sh);
+      break;
+    case 1:
+      kv_insert(d, m, t, qkv, g_kv, cache, kR_out, buf, sh);
+      break;
+    case 2:
+      if (index_k) index_k_insert(d, m, t, kw, g_k, b_k, index, k8_out, kscale_out, buf, sh);
+      break;
+    default:
+      if (clear)
+        for (int k = threadIdx.x; k < d.K; k += blockDim.x)
+          topk[static_cast<long long>(t) * d.K + k] = -1;
+  }
 }
 
-/// fused_q, MLA part: qR = S(rope(q's rope part)) for every head. One block per token.
+/// fused_q, MLA part: qR = S(rope(q's rope part)) for every head. A thread per (head, pair);
+/// grid (T, ceil(H * dr / 2 / kQRopeThreads)).
+constexpr int kQRopeThreads = 256;
+
 template <class S>
-__global__ void q_rope(Dims d, Meta m, const S* q, S* qR) {
+__global__ void __launch_bounds__(kQRopeThreads) q_rope(Dims d, Meta m, const S* q, S* qR) {
   const int t = blockIdx.x, p = m.positions[t], half = d.dr / 2;
-  for (int w = threadIdx.x; w < d.H * half; w += blockDim.x) {
-    const int h = w / half, i = w % half;
-    const S* src = q + static_cast<long long>(t) * d.H * (d.dn + d.dr) + h * (d.dn + d.dr) + d.dn;
-    float a = ld(src[2 * i]), b = ld(src[2 * i + 1]);
-    const long long r = static_cast<long long>(p) * half + i;
-    rope_pair(a, b, m.rope_cos[r], m.rope_sin[r]);
-    S* dst = qR + static_cast<long long>(t) * d.H * d.dr + h * d.dr;
-    dst[2 * i] = st<S>(a);
-    dst[2 * i + 1] = st<S>(b);
-  }
+  const int w = blockIdx.y * blockDim.x + threadIdx.x;
+  if (w >= d.H * half) return;
+  const int h = w / half, i = w % half;
+  const S* src = q + static_cast<long long>(t) * d.H * (d.dn + d.dr) + h * (d.dn + d.dr) + d.dn;
+  float a = ld(src[2 * i]), b = ld(src[2 * i + 1]);
+  const long long r = static_cast<long long>(p) * half + i;
+  rope_pair(a, b, m.rope_cos[r], m.rope_sin[r]);
+  S* dst = qR + static_cast<long long>(t) * d.H * d.dr + h * d.dr;
+  dst[2 * i] = st<S>(a);
+  dst[2 * i + 1] = st<S>(b);
+}
+
+inline dim3 q_rope_grid(const Dims& d, int T) {
+  const int pairs = d.H * (d.dr / 2);
+  return dim3(T, (pairs + kQRopeThreads - 1) / kQRopeThreads);
 }
 
 /// fused_q, indexer part (F layers): per (token, head) rotate and quantize qI; omega =
@@ -230,23 +271,97 @@ __device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r
 /// the groups' sums in order. Two kernels compute exactly that, so a score does not depend on
 /// which ran: index_scores_grouped for few blocks (a thread per (key, group)) and
 /// index_scores_keys once the keys alone fill the SMs (a thread per key, its codes in
-/// registers). The token's q8 is staged in shared memory.
+/// registers). A thread keeps kIdxChunk of a group's dots in flight at once (the order of each
+/// dot and of the group's sum is unchanged): the token's q codes are staged in shared memory as
+/// floats, laid out so that one dimension i of a chunk's heads is kIdxChunk consecutive floats
+/// (two 16-byte broadcast loads feed kIdxChunk FMAs).
 constexpr int kIdxGroups = 8;
+constexpr int kIdxChunk = 8;  // heads of one group whose dots run together
 constexpr int kIdxThreads = 32 * kIdxGroups;
 constexpr int kIdxKeyThreads = 128;
 
+/// Chunks per group: ceil(ceil(HI / kIdxGroups) / kIdxChunk).
+__host__ __device__ inline int index_chunks(const Dims& d) {
+  const int per_group = (d.HI + kIdxGroups - 1) / kIdxGroups;
+  return (per_group + kIdxChunk - 1) / kIdxChunk;
+}
+__host__ __device__ inline int index_q_floats(const Dims& d) {
+  return kIdxGroups * index_chunks(d) * 128 * kIdxChunk;
+}
 __host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
-  return sizeof(float) * (static_cast<std::size_t>(d.HI) * 128 + d.HI + 32 * (129 + kIdxGroups));
+  return sizeof(float) *
+         (static_cast<std::size_t>(index_q_floats(d)) + d.HI + 32 * (129 + kIdxGroups));
 }
 
-/// Stages the token's q8 codes (as floats) and omegas in shared memory.
+/// Stages the token's q8 codes (as floats; 0 for the padding heads h >= HI) and omegas in
+/// shared memory: q of head h = g + kIdxGroups (c kIdxChunk + u), dimension i at
+/// ((g C + c) 128 + i) kIdxChunk + u, C = index_chunks(d); then the HI omegas.
 __device__ __forceinline__ void stage_index_q(const Dims& d, int t, const std::uint8_t* q8,
                                               const float* omega, float* sq) {
-  for (int w = threadIdx.x; w < d.HI * 128; w += blockDim.x)
-    sq[w] = e4m3_to_float(q8[static_cast<long long>(t) * d.HI * 128 + w]);
+  const int n = index_q_floats(d), C = index_chunks(d);
+  if (d.HI != kIdxGroups * C * kIdxChunk) {  // padding heads: zeros
+    for (int w = threadIdx.x; w < n; w += blockDim.x) sq[w] = 0.f;
+    __syncthreads();
+  }
+  // Four codes a load, read in order (coalesced), each placed at its head's slot.
+  const unsigned int* src =
+      reinterpret_cast<const unsigned int*>(q8 + static_cast<long long>(t) * d.HI * 128);
+  for (int w = threadIdx.x; w < d.HI * 32; w += blockDim.x) {
+    const int h = w / 32, i0 = (w % 32) * 4, g = h % kIdxGroups, hm = h / kIdxGroups;
+    float* dst = sq + ((g * C + hm / kIdxChunk) * 128 + i0) * kIdxChunk + hm % kIdxChunk;
+    const unsigned int word = src[w];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      dst[q * kIdxChunk] = e4m3_to_float(static_cast<std::uint8_t>(word >> (8 * q)));
+  }
   for (int w = threadIdx.x; w < d.HI; w += blockDim.x)
-    sq[d.HI * 128 + w] = omega[static_cast<long long>(t) * d.HI + w];
+    sq[n + w] = omega[static_cast<long long>(t) * d.HI + w];
 }
+
+/// The 128 codes of a key as floats, 16 codes (one 16-byte load) at a time.
+__device__ __forceinline__ void decode16(const std::uint8_t* codes, float* out) {
+  const uint4 w = *reinterpret_cast<const uint4*>(codes);
+  const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int q = 0; q < 16; ++q)
+    out[q] = e4m3_to_float(static_cast<std::uint8_t>(words[q / 4] >> (8 * (q % 4))));
+}
+
+/// Group g's sum over its heads for one key whose 128 code values `key(i)` returns: chunk by
+/// chunk, kIdxChunk dots at once, each sequential over i; then acc = fma(omega_h, relu(dot_h),
+/// acc) in ascending head order. kUnroll: 128 where the key is in registers (indexed statically).
+template <int kUnroll, class Key>
+__device__ __forceinline__ float index_group_sum(const Dims& d, const float* sq, int g, Key key) {
+  const int C = index_chunks(d);
+  const float* om = sq + index_q_floats(d);
+  float acc = 0.f;
+  for (int c = 0; c < C; ++c) {
+    const float4* qc = reinterpret_cast<const float4*>(sq + (g * C + c) * 128 * kIdxChunk);
+    float dot[kIdxChunk];
+#pragma unroll
+    for (int u = 0; u < kIdxChunk; ++u) dot[u] = 0.f;
+#pragma unroll kUnroll
+    for (int i = 0; i < 128; ++i) {
+      const float kv = key(i);
+      const float4 a = qc[2 * i], b = qc[2 * i + 1];
+      dot[0] = fmaf(a.x, kv, dot[0]);
+      dot[1] = fmaf(a.y, kv, dot[1]);
+      dot[2] = fmaf(a.z, kv, dot[2]);
+      dot[3] = fmaf(a.w, kv, dot[3]);
+      dot[4] = fmaf(b.x, kv, dot[4]);
+      dot[5] = fmaf(b.y, kv, dot[5]);
+      dot[6] = fmaf(b.z, kv, dot[6]);
+      dot[7] = fmaf(b.w, kv, dot[7]);
+    }
+#pragma unroll
+    for (int u = 0; u < kIdxChunk; ++u) {
+      const int h = g + kIdxGroups * (c * kIdxChunk + u);
+      if (h < d.HI) acc = fmaf(om[h], fmaxf(dot[u], 0.f), acc);
+    }
+  }
+  return acc;
+}
+static_assert(kIdxChunk == 8, "index_group_sum unrolls two float4 per dimension");
 
 /// 32 keys of one token a block; thread (lane, group g) = (tid % 32, tid / 32); key codes
 /// staged in shared memory (rows padded to 129 floats: no bank conflicts). Grid (T_a,
@@ -254,29 +369,26 @@ __device__ __forceinline__ void stage_index_q(const Dims& d, int t, const std::u
 __global__ void __launch_bounds__(kIdxThreads)
     index_scores_grouped(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
                          IndexCache cache, float* scores, int ld_scores) {
-  extern __shared__ float sq[];            // HI x 128 codes of q, then HI omegas
-  const float* om = sq + d.HI * 128;
-  float* keys = sq + d.HI * 128 + d.HI;    // 32 x 129
-  float* part = keys + 32 * 129;           // kIdxGroups x 32
+  extern __shared__ float4 smem4[];
+  float* sq = reinterpret_cast<float*>(smem4);  // q codes, then HI omegas
+  float* keys = sq + index_q_floats(d) + d.HI;  // 32 x 129
+  float* part = keys + 32 * 129;                // kIdxGroups x 32
   const int t = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x;
   const int p = m.positions[t], r = m.request_of_token[t];
   stage_index_q(d, t, q8, omega, sq);
-  for (int w = tid; w < 32 * 128; w += blockDim.x) {
-    const int kk = w / 128, i = w % 128, j = j0 + kk;
-    keys[kk * 129 + i] =
-        j <= p ? e4m3_to_float(cache.codes[slot_of(d, m, r, j) * 128 + i]) : 0.f;
+  for (int w = tid; w < 32 * 8; w += blockDim.x) {  // a 16-code piece of a key each
+    const int kk = w / 8, piece = w % 8, j = j0 + kk;
+    float v[16];
+    if (j <= p)
+      decode16(cache.codes + slot_of(d, m, r, j) * 128 + piece * 16, v);
+    else
+      for (int q = 0; q < 16; ++q) v[q] = 0.f;
+    for (int q = 0; q < 16; ++q) keys[kk * 129 + piece * 16 + q] = v[q];
   }
   __syncthreads();
   const int lane = tid % 32, g = tid / 32;
   const float* key = keys + lane * 129;
-  float acc = 0.f;
-  for (int h = g; h < d.HI; h += kIdxGroups) {
-    const float* qh = sq + h * 128;
-    float dot = 0.f;
-    for (int i = 0; i < 128; ++i) dot = fmaf(qh[i], key[i], dot);
-    acc = fmaf(om[h], fmaxf(dot, 0.f), acc);
-  }
-  part[g * 32 + lane] = acc;
+  part[g * 32 + lane] = index_group_sum<4>(d, sq, g, [&](int i) { return key[i]; });
   __syncthreads();
   const int j = j0 + tid;
   if (tid < 32 && j <= p) {
@@ -291,8 +403,8 @@ __global__ void __launch_bounds__(kIdxThreads)
 __global__ void __launch_bounds__(kIdxKeyThreads)
     index_scores_keys(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
                       IndexCache cache, float* scores, int ld_scores) {
-  extern __shared__ float sq[];  // HI x 128 codes of q, then HI omegas
-  const float* om = sq + d.HI * 128;
+  extern __shared__ float4 smem4[];
+  float* sq = reinterpret_cast<float*>(smem4);  // q codes, then HI omegas
   const int t = blockIdx.x;
   stage_index_q(d, t, q8, omega, sq);
   __syncthreads();
@@ -300,18 +412,12 @@ __global__ void __launch_bounds__(kIdxKeyThreads)
   if (j > p) return;
   const long long s = slot_of(d, m, m.request_of_token[t], j);
   float kv[128];
-  for (int i = 0; i < 128; ++i) kv[i] = e4m3_to_float(cache.codes[s * 128 + i]);
-  float total = 0.f;
 #pragma unroll
-  for (int g = 0; g < kIdxGroups; ++g) {
-    float acc = 0.f;
-    for (int h = g; h < d.HI; h += kIdxGroups) {
-      float dot = 0.f;
-      for (int i = 0; i < 128; ++i) dot = fmaf(sq[h * 128 + i], kv[i], dot);
-      acc = fmaf(om[h], fmaxf(dot, 0.f), acc);
-    }
-    total += acc;
-  }
+  for (int v = 0; v < 8; ++v) decode16(cache.codes + s * 128 + 16 * v, kv + 16 * v);
+  float total = 0.f;
+#pragma unroll 1
+  for (int g = 0; g < kIdxGroups; ++g)
+    total += index_group_sum<128>(d, sq, g, [&](int i) { return kv[i]; });
   scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * total;
 }
 
@@ -347,36 +453,63 @@ __device__ __forceinline__ int block_scan(int v, int* sh, int& total) {
 
 /// indexer_topk, selection: rows [0, T_a) of the shared buffer. All of 0..p in order when
 /// p + 1 <= K, else the K best keys by a radix select over 8-bit digits of (score, position),
-/// written in ascending position order. After each pass the digit's bucket is found by warp 0
-/// (a lane per 8 digits, a shuffle scan over lanes); once the whole bucket is needed (its count
-/// is what is left of K: always, after the score's bits, unless scores tie) every key with the
-/// prefix is taken and the passes stop. One block (1024 threads) per token; histogram counts do
-/// not depend on atomic order, and the set is the same as a full 8-pass select's.
-__global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk) {
+/// written in ascending position order. Thread i owns the positions [i per, (i + 1) per), per =
+/// ceil(n / kTopkThreads), its first kTopkRegs keys held in registers across the passes. A
+/// pass counts the digits of the keys that match the prefix so far; lanes of a warp with the
+/// same digit add their count once (__match_any_sync), as a row's scores mostly share their
+/// leading digits. After each pass the digit's bucket is found by warp 0 (a lane per 8 digits,
+/// a shuffle scan over lanes); once the whole bucket is needed (its count is what is left of
+/// K: always, after the score's bits, unless scores tie) every key with the prefix is taken and
+/// the passes stop; one block scan of the threads' counts places them. One block per token;
+/// histogram counts do not depend on atomic order, and the set is the same as a full 8-pass
+/// select's.
+constexpr int kTopkThreads = 1024;
+constexpr int kTopkRegs = 16;
+
+__global__ void __launch_bounds__(kTopkThreads)
+    topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk) {
   __shared__ unsigned int hist[256];
-  __shared__ int scan[1024];
+  __shared__ int scan[kTopkThreads];
   __shared__ unsigned long long prefix_sh;
   __shared__ int k_left_sh, done_sh;
-  const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K;
+  const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K, lane = threadIdx.x % 32;
   int* out = topk + static_cast<long long>(t) * K;
   const float* sc = scores + static_cast<long long>(t) * ld_scores;
   if (n <= K) {  // entries n.. keep the -1 that norm_rope_cache cleared them to
     for (int j = threadIdx.x; j < n; j += blockDim.x) out[j] = j;
     return;
   }
+  const int per = (n + blockDim.x - 1) / blockDim.x;  // the same in every thread
+  const int j0 = threadIdx.x * per, j1 = min(n, j0 + per);
+  unsigned long long kr[kTopkRegs];
+#pragma unroll
+  for (int r = 0; r < kTopkRegs; ++r) kr[r] = j0 + r < j1 ? topk_key(sc[j0 + r], j0 + r) : 0ull;
+  // f(r, key, valid) for the thread's positions r = 0 .. per - 1 in order (the same count in
+  // every thread); the first kTopkRegs from registers, indexed statically.
+  const auto each = [&](auto&& f) {
+#pragma unroll
+    for (int r = 0; r < kTopkRegs; ++r)
+      if (r < per) f(r, kr[r], j0 + r < j1);
+    for (int r = kTopkRegs; r < per; ++r) {
+      const bool valid = j0 + r < j1;
+      f(r, valid ? topk_key(sc[j0 + r], j0 + r) : 0ull, valid);
+    }
+  };
   unsigned long long prefix = 0, mask = 0;
   int k_left = K;
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-      const unsigned long long key = topk_key(sc[j], j);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xFF], 1u);
-    }
+    each([&](int, unsigned long long kk, bool valid) {  // the whole warp meets in match_any
+      const unsigned int digit = valid && (kk & mask) == prefix
+                                     ? static_cast<unsigned int>((kk >> shift) & 0xFF)
+                                     : 0xFFFFFFFFu;
+      const unsigned int peers = __match_any_sync(0xffffffffu, digit);
+      if (digit != 0xFFFFFFFFu && __ffs(peers) - 1 == lane) atomicAdd(&hist[digit], __popc(peers));
+    });
     __syncthreads();
     if (threadIdx.x < 32) {
       // Lane l holds digits 255 - 8l down to 248 - 8l; the lanes before it, every higher digit.
-      const int lane = threadIdx.x;
       int c[8], sum = 0;
 #pragma unroll
       for (int q = 0; q < 8; ++q) sum += c[q] = static_cast<int>(hist[255 - 8 * lane - q]);
@@ -407,17 +540,15 @@ __global__ void topk_select(Dims d, Meta m, const float* scores, int ld_scores, 
     __syncthreads();
     if (done) break;  // prefix's lower bits are 0: every key of the bucket is >= it
   }
-  // prefix is the K-th best key; emit every key >= it in ascending position order.
-  int base = 0;
-  for (int j0 = 0; j0 < n; j0 += blockDim.x) {
-    const int j = j0 + threadIdx.x;
-    const int keep = j < n && topk_key(sc[j], j) >= prefix;
-    int total = 0;
-    const int at = block_scan(keep, scan, total);
-    if (keep) out[base + at] = j;
-    base += total;
-  }
-  for (int j = base + threadIdx.x; j < K; j += blockDim.x) out[j] = -1;
+  // prefix is the K-th best key; every key >= it, in ascending position order.
+  int mine = 0;
+  each([&](int, unsigned long long kk, bool valid) { mine += valid && kk >= prefix; });
+  int total = 0;
+  int at = block_scan(mine, scan, total);
+  each([&](int r, unsigned long long kk, bool valid) {
+    if (valid && kk >= prefix) out[at++] = j0 + r;
+  });
+  for (int j = total + threadIdx.x; j < K; j += blockDim.x) out[j] = -1;
 }
 
 /// sparse_mqa: per (token, head), softmax over the selected set of sigma * [ql; qR] . [c; kR]
@@ -444,10 +575,11 @@ __device__ __forceinline__ float warp_max(float v) {
 
 /// keys[t, k, :] = [c; kR] of token t's k-th selected position as the cache reads back (an fp8
 /// entry dequantized and rounded to S), zeros where the index is -1. Grid (T_a, ceil(K / 8)),
-/// 256 threads: a warp a row, the lanes over its columns.
+/// 256 threads: a warp a row, the lanes over its columns; a plain cache row moves in 16-byte
+/// pieces when its parts allow (`vec`: L and dr times sizeof(S) multiples of 16).
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
-    mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys) {
+    mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys, bool vec) {
   const int t = blockIdx.x, k = blockIdx.y * kMqaGatherRows + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (k >= d.K) return;
@@ -459,38 +591,64 @@ __global__ void __launch_bounds__(kMqaThreads)
     return;
   }
   const long long sl = slot_of(d, m, m.request_of_token[t], j);
+  if (vec && !d.fp8_kv) {
+    constexpr int per = 16 / sizeof(S);
+    const uint4* lat = reinterpret_cast<const uint4*>(cache.latent + sl * d.L);
+    const uint4* rope = reinterpret_cast<const uint4*>(cache.rope + sl * d.dr);
+    uint4* out = reinterpret_cast<uint4*>(dst);
+    for (int i = lane; i < d.L / per; i += 32) out[i] = lat[i];
+    for (int i = lane; i < d.dr / per; i += 32) out[d.L / per + i] = rope[i];
+    return;
+  }
   for (int i = lane; i < d.L; i += 32)
     dst[i] = d.fp8_kv ? st<S>(latent_at(d, cache, sl, i)) : cache.latent[sl * d.L + i];
   for (int i = lane; i < d.dr; i += 32) dst[d.L + i] = cache.rope[sl * d.dr + i];
 }
 
 /// Softmax statistics of each (token, head) over the scores z: m = max z, P = S(exp(z - m)),
-/// l = sum P before rounding (0 when no index is valid). One warp per (token, head); grid
-/// (T_a, ceil(H / 8)), 256 threads.
+/// l = sum P before rounding (0 when no index is valid). A block per (token, head), its
+/// threads over the K entries (coalesced; the first kMqaSoftmaxRegs per thread read once into
+/// registers), the max and sum as block-wide fixed shuffle trees; grid (T_a, H), kMqaThreads
+/// threads.
+constexpr int kMqaSoftmaxRegs = 8;  // K = 2048 over 256 threads
+
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
     mqa_softmax(Dims d, const int* topk, const float* z, S* p, float* ml) {
-  const int t = blockIdx.x, h = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (h >= d.H) return;
-  const long long row_at = (static_cast<long long>(t) * d.H + h) * d.K;
+  __shared__ float sh[32];
+  const int t = blockIdx.x, h = blockIdx.y;
+  const long long th = static_cast<long long>(t) * d.H + h, row_at = th * d.K;
   const int* row = topk + static_cast<long long>(t) * d.K;
-  float mx = -FLT_MAX;
-  int valid = 0;
-  for (int k = lane; k < d.K; k += 32)
-    if (row[k] >= 0) mx = fmaxf(mx, z[row_at + k]), valid = 1;
-  mx = warp_max(mx);
-  valid = __any_sync(0xffffffffu, valid);
+  // Entry r of this thread: k = threadIdx.x + r blockDim.x; NaN marks an invalid index.
+  const auto entry = [&](int k) { return k < d.K && row[k] >= 0 ? z[row_at + k] : NAN; };
+  float zr[kMqaSoftmaxRegs];
+#pragma unroll
+  for (int r = 0; r < kMqaSoftmaxRegs; ++r) zr[r] = entry(threadIdx.x + r * blockDim.x);
+  float mx = -FLT_MAX, valid = 0.f;
+  const auto see = [&](int k, float v) {
+    if (k < d.K && row[k] >= 0) mx = fmaxf(mx, v), valid = 1.f;
+  };
+#pragma unroll
+  for (int r = 0; r < kMqaSoftmaxRegs; ++r) see(threadIdx.x + r * blockDim.x, zr[r]);
+  for (int k = threadIdx.x + kMqaSoftmaxRegs * blockDim.x; k < d.K; k += blockDim.x)
+    see(k, entry(k));
+  mx = block_max(mx, sh);
+  valid = block_max(valid, sh);
   float part = 0.f;
-  for (int k = lane; k < d.K; k += 32) {
-    const float e = row[k] >= 0 ? expf(z[row_at + k] - mx) : 0.f;
+  const auto emit = [&](int k, float v) {
+    if (k >= d.K) return;
+    const float e = row[k] >= 0 ? expf(v - mx) : 0.f;
     part += e;
     p[row_at + k] = st<S>(e);  // P in the storage precision before P.V
-  }
-  const float l = warp_sum(part);
-  if (lane == 0) {
-    ml[2 * (static_cast<long long>(t) * d.H + h)] = mx;
-    ml[2 * (static_cast<long long>(t) * d.H + h) + 1] = valid ? l : 0.f;
+  };
+#pragma unroll
+  for (int r = 0; r < kMqaSoftmaxRegs; ++r) emit(threadIdx.x + r * blockDim.x, zr[r]);
+  for (int k = threadIdx.x + kMqaSoftmaxRegs * blockDim.x; k < d.K; k += blockDim.x)
+    emit(k, entry(k));
+  const float l = block_sum(part, sh);
+  if (threadIdx.x == 0) {
+    ml[2 * th] = mx;
+    ml[2 * th + 1] = valid > 0.f ? l : 0.f;
   }
 }
 

@@ -235,7 +235,7 @@ class StackImpl final : public Stack::Impl {
   double time_step(const Plan& plan, const StepInput& in, int repeats) override {
     run(plan, in, false);  // warm-up; captures on first use
     const auto it = captures_.find({plan.name, in.capture_size});
-    return elapsed_ms("time step", [&] {
+    return median_ms("time step", [&] {
              for (int i = 0; i < repeats; ++i) {
                if (!plan.capture) {
                  for (int l = 0; l < cfg.num_layers; ++l)
@@ -258,7 +258,7 @@ class StackImpl final : public Stack::Impl {
     std::vector<std::pair<std::string, double>> out;
     for (const std::string& op : ops) {
       run_op(0, op);  // warm-up
-      const double ms = elapsed_ms(("time op " + op).c_str(), [&] {
+      const double ms = median_ms(("time op " + op).c_str(), [&] {
         for (int i = 0; i < repeats; ++i) run_op(0, op);
       });
       out.emplace_back(op, ms / repeats);
@@ -363,6 +363,17 @@ class StackImpl final : public Stack::Impl {
     float ms = 0.f;
     check(cudaEventElapsedTime(&ms, e.a, e.b), what);
     return ms;
+  }
+
+  /// The median of kTimingBatches timings of `launch` (a host stall or a clock change in one
+  /// batch does not move the result).
+  static constexpr int kTimingBatches = 3;
+  template <class F>
+  double median_ms(const char* what, F&& launch) {
+    std::array<double, kTimingBatches> ms{};
+    for (double& v : ms) v = elapsed_ms(what, launch);
+    std::sort(ms.begin(), ms.end());
+    return ms[kTimingBatches / 2];
   }
 
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
@@ -546,21 +557,15 @@ class StackImpl final : public Stack::Impl {
       gemm(w.x->get(), d.D, w.iw_kw->get(), w.kw->get(), d.dI + d.HI, T, d.dI + d.HI, d.D,
            "indexer_wk_proj");
     } else if (op == "norm_rope_cache") {
-      k::rmsnorm<S><<<T, k::kNormThreads, 0, stream_>>>(w.qkv->get(), d.Rq + L + d.dr,
-                                                        w.g_q->get(), w.q_c->get(), d.Rq, d.Rq,
-                                                        d.eps);
-      k::kv_insert<S><<<T, 256, (L + 32) * sizeof(float), stream_>>>(
-          d, m, w.qkv->get(), w.g_kv->get(), w.kv, w.kR->get());
-      if (cfg.is_full_layer(l))
-        k::index_k_insert<S><<<T, 128, 0, stream_>>>(
-            d, m, w.kw->get(), w.ig_k->get(), w.ib_k->get(), w.index, w.k8->get(), w.kscale->get());
       // F layers clear the shared top-k rows; the mutants skip it or clear in S layers too.
-      const bool clear = cfg.is_full_layer(l) ? mutant_ != "no-topk-clear"
-                                              : mutant_ == "shared-layer-clears";
-      if (clear) {
-        const long long n = static_cast<long long>(T) * d.K;
-        k::topk_clear<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(topk_->get(), n);
-      }
+      const bool full = cfg.is_full_layer(l);
+      const bool clear = full ? mutant_ != "no-topk-clear" : mutant_ == "shared-layer-clears";
+      k::norm_rope_cache<S><<<dim3(T, 4), k::kNormRopeThreads,
+                              (std::max(L, 128) + 32) * sizeof(float), stream_>>>(
+          d, m, w.qkv->get(), w.g_q->get(), w.q_c->get(), w.g_kv->get(), w.kv, w.kR->get(), full,
+          full ? w.kw->get() : nullptr, full ? w.ig_k->get() : nullptr,
+          full ? w.ib_k->get() : nullptr, w.index, w.k8->get(), w.kscale->get(), clear,
+          topk_->get());
     } else if (op == "q_b_proj") {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
@@ -575,11 +580,13 @@ class StackImpl final : public Stack::Impl {
       gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
            "indexer_wq_b");
     } else if (op == "fused_q") {
-      k::q_rope<S><<<T, 128, 0, stream_>>>(d, m, w.q->get(), w.qR->get());
+      k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(d, m, w.q->get(),
+                                                                         w.qR->get());
       if (mutant_ == "double-rope") {  // the rotation again, in place on qR
         k::Dims again = d;
         again.dn = 0;
-        k::q_rope<S><<<T, 128, 0, stream_>>>(again, m, w.qR->get(), w.qR->get());
+        k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(again, m, w.qR->get(),
+                                                                           w.qR->get());
       }
       if (cfg.is_full_layer(l))
         k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(
@@ -608,7 +615,7 @@ class StackImpl final : public Stack::Impl {
                                       k::index_scores_smem(d), stream_>>>(
                 d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
         }
-        k::topk_select<<<Ta, 1024, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
+        k::topk_select<<<Ta, k::kTopkThreads, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
       }
     } else if (op == "sparse_mqa") {
       // The backend returns its output in a buffer it owns; the address rotates call to call.
@@ -621,8 +628,9 @@ class StackImpl final : public Stack::Impl {
         const int W = L + d.dr;
         const long long HK = static_cast<long long>(H) * d.K;
         k::mqa_gather<S><<<dim3(Ta, (d.K + k::kMqaGatherRows - 1) / k::kMqaGatherRows),
-                           k::kMqaThreads, 0, stream_>>>(d, m, w.kv, topk_->get(),
-                                                         mqa_keys_->get());
+                           k::kMqaThreads, 0, stream_>>>(
+            d, m, w.kv, topk_->get(), mqa_keys_->get(),
+            (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0);
         // Per token t: z_t (H x K) = sigma ql_t c_t^T + sigma qR_t kR_t^T (cuBLAS is column-major:
         // z_t^T = keys_t ql_t^T with keys_t a W x K column-major view, its first L rows).
         const float sigma = d.sigma;
@@ -644,7 +652,7 @@ class StackImpl final : public Stack::Impl {
         batched(CUBLAS_OP_T, d.K, H, d.dr, &sigma, keys + L, W, key_stride, w.qR->get(), d.dr,
                 static_cast<long long>(H) * d.dr, &one, mqa_z_->get(), d.K, HK,
                 "sparse_mqa scores (rope)");
-        k::mqa_softmax<S><<<dim3(Ta, (H + 7) / 8), k::kMqaThreads, 0, stream_>>>(
+        k::mqa_softmax<S><<<dim3(Ta, H), k::kMqaThreads, 0, stream_>>>(
             d, topk_->get(), mqa_z_->get(), mqa_p_->get(), mqa_ml_->get());
         // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
         batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
