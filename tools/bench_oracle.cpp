@@ -2,6 +2,7 @@
 // fp64 GEMM rate measured in the same run.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -119,22 +120,38 @@ void run(const Options& o) {
                     static_cast<int>(in.requests.size()) *
                         static_cast<int>(in.requests[0].block_table.size()));
       oracle.synthesize_context(in, 7);
-      Profile prof;
-      StepOptions opts;
-      opts.profile = &prof;
+      // Best of the repeats, per op and for the step, as the reference rate is the best of its
+      // runs: a noisy machine slows single runs, never speeds them up. The mean is kept too.
+      Profile prof;  // best of the repeats, op by op
+      double step_s = 1e30, mean_s = 0;
       oracle.step(in);  // warm-up
-      t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.repeats; ++i) oracle.step(in, opts);
-      const double step_s = seconds_since(t0) / o.repeats;
+      for (int i = 0; i < o.repeats; ++i) {
+        Profile one;
+        StepOptions opts;
+        opts.profile = &one;
+        t0 = std::chrono::steady_clock::now();
+        oracle.step(in, opts);
+        const double s = seconds_since(t0);
+        step_s = std::min(step_s, s);
+        mean_s += s / o.repeats;
+        for (const auto& [op, sec] : one.seconds) {
+          const auto it = std::find_if(prof.seconds.begin(), prof.seconds.end(),
+                                       [&](const auto& e) { return e.first == op; });
+          if (it == prof.seconds.end())
+            prof.seconds.emplace_back(op, sec);
+          else
+            it->second = std::min(it->second, sec);
+        }
+      }
       double total_flops = 0;
-      fmt::print("\n{} [{}]: {:.3f} s/step, {:.2f} ms/token\n", cs.name, mode_name, step_s,
-                 1e3 * step_s / in.num_tokens);
+      fmt::print("\n{} [{}]: {:.3f} s/step (best of {}; mean {:.3f}), {:.2f} ms/token\n",
+                 cs.name, mode_name, step_s, o.repeats, mean_s, 1e3 * step_s / in.num_tokens);
       fmt::print("  {:<16} {:>10} {:>10} {:>10} {:>8}\n", "op", "ms", "GFLOP", "GFLOP/s", "% GEMM");
       nlohmann::json jc{
-          {"case", cs.name}, {"mode", mode_name}, {"step_s", step_s}, {"tokens", in.num_tokens}};
+          {"case", cs.name}, {"mode", mode_name}, {"step_s", step_s}, {"mean_step_s", mean_s},
+          {"tokens", in.num_tokens}};
       const auto flops = op_flops(cfg, in);
-      for (const auto& [op, sec_total] : prof.seconds) {
-        const double sec = sec_total / o.repeats;
+      for (const auto& [op, sec] : prof.seconds) {
         double f = 0;
         for (const auto& [fo, fv] : flops)
           if (fo == op) f = fv;

@@ -8,17 +8,6 @@
 
 namespace dsv32 {
 
-std::uint16_t bf16_bits(float x) {
-  if (std::isnan(x)) return 0x7FFF;
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
-  const std::uint32_t bias = 0x7FFFu + ((u >> 16) & 1u);  // ties go to the even neighbour
-  return static_cast<std::uint16_t>((u + bias) >> 16);
-}
-
-float bf16_value(std::uint16_t bits) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
-}
-
 std::uint8_t e4m3_bits(double x) {
   if (std::isnan(x)) return 0x7F;
   const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;

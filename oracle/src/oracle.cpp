@@ -346,10 +346,12 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     Mat ql(T, static_cast<Eigen::Index>(H) * L), qR(T, static_cast<Eigen::Index>(H) * dr);
     detail::parallel_for(H, [&](int hh) {  // one small GEMM per head: heads across threads
       const auto w_uk = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv), dn);
-      ql.middleCols(static_cast<Eigen::Index>(hh) * L, L).noalias() =
-          q.middleCols(static_cast<Eigen::Index>(hh) * dq, dn) * w_uk;
+      auto block = ql.middleCols(static_cast<Eigen::Index>(hh) * L, L);
+      block.noalias() = q.middleCols(static_cast<Eigen::Index>(hh) * dq, dn) * w_uk;
+      // The bf16 store of this head's block while it is still in cache (a store of the whole
+      // ql afterwards reads T x H x L doubles back from memory).
+      if (round) block = block.unaryExpr([](double v) { return round_bf16(v); });
     });
-    store(ql);
     keep("ql", ql, {H, L});
     lap("uk_absorb");
     for (int hh = 0; hh < H; ++hh) {
@@ -433,15 +435,19 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
         detail::parallel_for(R, [&](int r) {
           const RequestStep& rq = in.requests[r];
           const int seq = rq.seq_len(), t0 = in.token_start[r];
-          Mat keys(seq, dI);
-          Vec ks(seq);
+          // Per-thread buffers, reused request to request and step to step (a decode step of
+          // 64 requests would otherwise allocate and first-touch 64 x 13 MB).
+          thread_local Mat keys, dots;
+          thread_local Vec ks;
+          keys.resize(seq, dI);
+          ks.resize(seq);
           for (int j = 0; j < seq; ++j) {
             const std::int64_t s = in.slot_of(r, j, B);
             keys.row(j) = cache.index_k.row(s);
             ks[j] = cache.index_scale[s];
           }
           const ConstMap qs(&qI(t0, 0), static_cast<Eigen::Index>(rq.q) * HI, dI);
-          Mat dots;
+          dots.resize(static_cast<Eigen::Index>(rq.q) * HI, seq);
           dots.noalias() = qs * keys.transpose();
           for (int i = 0; i < rq.q; ++i) {
             const int t = t0 + i, p = rq.ctx + i;
@@ -471,12 +477,13 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
         if (topk(t, k) >= 0) sel.push_back(topk(t, k));
       if (sel.empty()) return;
       const Eigen::Index n = static_cast<Eigen::Index>(sel.size());
-      Mat kc(n, L + dr);
+      thread_local Mat kc, qt, z, ot;  // reused token to token (as the indexer's buffers)
+      kc.resize(n, L + dr);
       for (Eigen::Index j = 0; j < n; ++j) kc.row(j) = cache.kv.row(in.slot_of(r, sel[j], B));
-      Mat qt(H, L + dr);
+      qt.resize(H, L + dr);
       qt.leftCols(L) = ConstMap(&ql(t, 0), H, L);
       qt.rightCols(dr) = ConstMap(&qR(t, 0), H, dr);
-      Mat z;
+      z.resize(H, n);
       z.noalias() = (qt * kc.transpose()) * sigma;
       Vec denom(H);
       for (int hh = 0; hh < H; ++hh) {
@@ -486,7 +493,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
         lse(t, hh) = m + std::log(denom[hh]);
       }
       if (round) z = z.unaryExpr([](double v) { return round_bf16(v); });  // P in bf16 before P*V
-      Mat ot;
+      ot.resize(H, L);
       ot.noalias() = z * kc.leftCols(L);
       ot.array().colwise() /= denom.array();
       Eigen::Map<Mat>(&olat(t, 0), H, L) = ot;

@@ -2,16 +2,26 @@
 // Each conversion matches CUDA's (cvt.rn.bf16.f32, cvt.rn.satfinite.e4m3x2.f32).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace dsv32 {
 
-/// bf16 bit pattern of x, round to nearest even; NaN becomes the canonical 0x7FFF.
-std::uint16_t bf16_bits(float x);
+/// bf16 bit pattern of x, round to nearest even; NaN becomes the canonical 0x7FFF. Inline (as
+/// bf16_value): the emulated mode rounds whole tensors with them, and a call per element keeps
+/// those loops from vectorizing.
+inline std::uint16_t bf16_bits(float x) {
+  if (x != x) return 0x7FFF;
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t bias = 0x7FFFu + ((u >> 16) & 1u);  // ties go to the even neighbour
+  return static_cast<std::uint16_t>((u + bias) >> 16);
+}
 /// The fp32 value of a bf16 bit pattern (exact).
-float bf16_value(std::uint16_t bits);
+inline float bf16_value(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
 /// x rounded to bf16 and widened back to fp32.
 inline float round_bf16(float x) {
   return bf16_value(bf16_bits(x));
