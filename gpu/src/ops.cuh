@@ -220,23 +220,28 @@ __global__ void __launch_bounds__(kNormRopeThreads)
   }
 }
 
-/// fused_q, MLA part: qR = S(rope(q's rope part)) for every head. A thread per (head, pair);
-/// grid (T, ceil(H * dr / 2 / kQRopeThreads)).
+/// fused_q, MLA part: qR = S(rope(q's rope part)) for every head: the dr values of (token t,
+/// head h) at src + (t H + h) src_stride + src_off go rotated to dst + (t H + h) dst_stride +
+/// dst_off (in place allowed). A thread per (head, pair); grid (T, ceil(H dr / 2 /
+/// kQRopeThreads)).
 constexpr int kQRopeThreads = 256;
 
 template <class S>
-__global__ void __launch_bounds__(kQRopeThreads) q_rope(Dims d, Meta m, const S* q, S* qR) {
+__global__ void __launch_bounds__(kQRopeThreads)
+    q_rope(Dims d, Meta m, const S* src, int src_stride, int src_off, S* dst, int dst_stride,
+           int dst_off) {
   const int t = blockIdx.x, p = m.positions[t], half = d.dr / 2;
   const int w = blockIdx.y * blockDim.x + threadIdx.x;
   if (w >= d.H * half) return;
   const int h = w / half, i = w % half;
-  const S* src = q + static_cast<long long>(t) * d.H * (d.dn + d.dr) + h * (d.dn + d.dr) + d.dn;
-  float a = ld(src[2 * i]), b = ld(src[2 * i + 1]);
+  const long long th = static_cast<long long>(t) * d.H + h;
+  const S* from = src + th * src_stride + src_off;
+  float a = ld(from[2 * i]), b = ld(from[2 * i + 1]);
   const long long r = static_cast<long long>(p) * half + i;
   rope_pair(a, b, m.rope_cos[r], m.rope_sin[r]);
-  S* dst = qR + static_cast<long long>(t) * d.H * d.dr + h * d.dr;
-  dst[2 * i] = st<S>(a);
-  dst[2 * i + 1] = st<S>(b);
+  S* to = dst + th * dst_stride + dst_off;
+  to[2 * i] = st<S>(a);
+  to[2 * i + 1] = st<S>(b);
 }
 
 inline dim3 q_rope_grid(const Dims& d, int T) {
@@ -557,10 +562,11 @@ __global__ void __launch_bounds__(kTopkThreads)
 ///
 /// Four steps, the two products on tensor cores through cuBLAS (stack.cu): the selected key
 /// rows gathered from the paged cache into a dense (T_a, K, L + dr) array (mqa_gather), the
-/// scores as two batched GEMMs per token (latent and rope parts), the softmax of each (token,
-/// head) (mqa_softmax), P.V as one batched GEMM per token, and the division by l (mqa_finish).
-/// Every step is deterministic: the gather and the element-wise steps have no reductions but a
-/// warp's fixed shuffle tree, and cuBLAS picks the same kernels for the same shapes.
+/// scores as one batched GEMM over the tokens (depth L + dr: the query is stored packed as
+/// [ql; qR]), the softmax of each (token, head) (mqa_softmax), P.V as one batched GEMM, and the
+/// division by l (mqa_finish). Every step is deterministic: the gather and the element-wise
+/// steps have no reductions but fixed shuffle trees, and cuBLAS picks the same kernels for the
+/// same shapes.
 constexpr int kMqaThreads = 256;
 constexpr int kMqaGatherRows = kMqaThreads / 32;  // key rows per gather block, a warp each
 
@@ -576,16 +582,19 @@ __device__ __forceinline__ float warp_max(float v) {
 /// keys[t, k, :] = [c; kR] of token t's k-th selected position as the cache reads back (an fp8
 /// entry dequantized and rounded to S), zeros where the index is -1. Grid (T_a, ceil(K / 8)),
 /// 256 threads: a warp a row, the lanes over its columns; a plain cache row moves in 16-byte
-/// pieces when its parts allow (`vec`: L and dr times sizeof(S) multiples of 16).
+/// pieces when its parts allow (`vec`: L and dr times sizeof(S) multiples of 16). The sets also
+/// go to the layer's trace copy (the shared buffer is overwritten by the next F layer).
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
-    mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys, bool vec) {
+    mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys, bool vec,
+               int* topk_trace) {
   const int t = blockIdx.x, k = blockIdx.y * kMqaGatherRows + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (k >= d.K) return;
   const int W = d.L + d.dr;
   S* dst = keys + (static_cast<long long>(t) * d.K + k) * W;
   const int j = topk[static_cast<long long>(t) * d.K + k];
+  if (lane == 0) topk_trace[static_cast<long long>(t) * d.K + k] = j;  // the layer's sets
   if (j < 0) {
     for (int i = lane; i < W; i += 32) dst[i] = st<S>(0.f);
     return;
@@ -652,14 +661,18 @@ __global__ void __launch_bounds__(kMqaThreads)
   }
 }
 
-/// olat[t, h, :] = S(acc[t, h, :] / l) (0 where no index is valid), lse = m + log l. Grid
-/// (T_a, H), 128 threads.
+/// olat[t, h, :] = S(acc[t, h, :] / l) (0 where no index is valid), also into the layer's trace
+/// copy (the backend's buffer rotates); lse = m + log l. Grid (T_a, H), 128 threads.
 template <class S>
-__global__ void mqa_finish(Dims d, const float* acc, const float* ml, S* olat, float* lse) {
+__global__ void mqa_finish(Dims d, const float* acc, const float* ml, S* olat, S* olat_trace,
+                           float* lse) {
   const long long th = static_cast<long long>(blockIdx.x) * d.H + blockIdx.y;
   const float l = ml[2 * th + 1];
-  for (int c = threadIdx.x; c < d.L; c += blockDim.x)
-    olat[th * d.L + c] = st<S>(l > 0.f ? acc[th * d.L + c] / l : 0.f);
+  for (int c = threadIdx.x; c < d.L; c += blockDim.x) {
+    const S v = st<S>(l > 0.f ? acc[th * d.L + c] / l : 0.f);
+    olat[th * d.L + c] = v;
+    olat_trace[th * d.L + c] = v;
+  }
   if (threadIdx.x == 0) lse[th] = l > 0.f ? ml[2 * th] + logf(l) : -INFINITY;
 }
 
@@ -703,6 +716,89 @@ __global__ void __launch_bounds__(kUvThreads)
 /// Launch shape of uv_bmm over `rows` rows.
 inline dim3 uv_grid(const Dims& d, int rows) {
   return dim3(d.H, (d.dv + kUvOuts - 1) / kUvOuts, rows < kUvRowSplit ? rows : kUvRowSplit);
+}
+
+/// Projections of decode batches (T <= kGemvMaxRows rows): y (R x n) = S(x (R x k) W^T), W (n x
+/// k) row-major, fp32 accumulation, reading W once at full bandwidth (cuBLAS's GEMMs of one to
+/// eight rows run at 1.2-20x their weight-read floor). A block computes kGemvOuts outputs for
+/// all R rows; its 8 warps split k into 8 contiguous slices, a lane sums its 16-byte pieces of
+/// the slice in ascending order, then a fixed shuffle tree per warp and the warps' sums in warp
+/// order: the order depends only on k, so every plan gets the same bits. Needs k a multiple of
+/// 16 / sizeof(S) and 16-byte aligned rows (gemv_fits). Grid ceil(n / kGemvOuts), kGemvThreads.
+constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / 32;
+constexpr int kGemvOuts = 4;
+constexpr int kGemvMaxRows = 8;
+
+template <class S>
+__device__ __forceinline__ void load16(const S* p, float* out) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  if constexpr (sizeof(S) == 4) {
+    out[0] = __uint_as_float(u.x), out[1] = __uint_as_float(u.y);
+    out[2] = __uint_as_float(u.z), out[3] = __uint_as_float(u.w);
+  } else {
+    const unsigned int words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      out[2 * q] = __uint_as_float(words[q] << 16);
+      out[2 * q + 1] = __uint_as_float(words[q] & 0xFFFF0000u);
+    }
+  }
+}
+
+template <class S, int R>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv(const S* x, int ldx, const S* w, S* y, int ldy, int n, int k) {
+  constexpr int V = 16 / sizeof(S);
+  __shared__ float part[kGemvWarps][R][kGemvOuts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n0 = blockIdx.x * kGemvOuts;
+  const int nvec = k / V, v0 = nvec * warp / kGemvWarps, v1 = nvec * (warp + 1) / kGemvWarps;
+  float acc[R][kGemvOuts];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int o = 0; o < kGemvOuts; ++o) acc[r][o] = 0.f;
+#pragma unroll 2
+  for (int v = v0 + lane; v < v1; v += 32) {
+    float xv[R][V];
+#pragma unroll
+    for (int r = 0; r < R; ++r) load16(x + static_cast<long long>(r) * ldx + v * V, xv[r]);
+#pragma unroll
+    for (int o = 0; o < kGemvOuts; ++o) {
+      if (n0 + o >= n) break;
+      float wv[V];
+      load16(w + static_cast<long long>(n0 + o) * k + v * V, wv);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[r][o] = fmaf(xv[r][j], wv[j], acc[r][o]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int o = 0; o < kGemvOuts; ++o) {
+      const float s = warp_sum(acc[r][o]);
+      if (lane == 0) part[warp][r][o] = s;
+    }
+  __syncthreads();
+  if (threadIdx.x < R * kGemvOuts) {
+    const int r = threadIdx.x / kGemvOuts, o = threadIdx.x % kGemvOuts;
+    if (n0 + o < n) {
+      float s = 0.f;
+      for (int q = 0; q < kGemvWarps; ++q) s += part[q][r][o];
+      y[static_cast<long long>(r) * ldy + n0 + o] = st<S>(s);
+    }
+  }
+}
+
+/// Whether gemv serves a projection: few rows, k in whole 16-byte pieces, rows 16-byte aligned.
+template <class S>
+inline bool gemv_fits(int rows, const void* x, int ldx, const void* w, int k) {
+  constexpr int V = 16 / sizeof(S);
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return rows >= 1 && rows <= kGemvMaxRows && k % V == 0 && ldx % V == 0 && aligned(x) &&
+         aligned(w);
 }
 
 /// Deterministic pseudo-random fill of the cache entries of positions [0, ctx) of one request

@@ -121,7 +121,9 @@ struct LayerDev {
   std::vector<Buf<float>> owned_floats;
   std::vector<Buf<S>> owned_s;
   // Inter-op tensors (max_tokens rows).
-  Buf<S> x, qkv, q_c, q, ql, qR, kR, c_read, kw, qI, o, y, olat_static, olat_trace;
+  // qpack: the MQA query of each (token, head) as [ql; qR] (L + dr values), so the scores are
+  // one product over L + dr; the trace's ql and qR are its two column ranges.
+  Buf<S> x, qkv, q_c, q, qpack, kR, c_read, kw, qI, o, y, olat_static, olat_trace;
   Buf<std::uint8_t> q8, k8;
   Buf<float> qscale, omega, kscale, lse;
   Buf<int> topk_trace;
@@ -169,6 +171,7 @@ class StackImpl final : public Stack::Impl {
     mqa_p_ = zeros<S>(T * HK);
     mqa_acc_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
     mqa_ml_ = zeros<float>(T * cfg.num_heads * 2);
+    uv_rows_ = zeros<S>(T * cfg.num_heads * static_cast<std::size_t>(cfg.v_head_dim));
     if (gather_) {  // o_proj's partial rows and every rank's, gathered
       ypart_ = zeros<S>(T * cfg.hidden_size);
       parts_ = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));
@@ -419,8 +422,7 @@ class StackImpl final : public Stack::Impl {
     ld.qkv = zeros<S>(T * cfg.qkv_a_rows());
     ld.q_c = zeros<S>(T * cfg.q_lora_rank);
     ld.q = zeros<S>(T * H * cfg.qk_head_dim());
-    ld.ql = zeros<S>(T * H * L);
-    ld.qR = zeros<S>(T * H * dr);
+    ld.qpack = zeros<S>(T * H * (L + dr));
     ld.kR = zeros<S>(T * dr);
     ld.c_read = zeros<S>(T * L);
     ld.kw = zeros<S>(T * (dI + HI));
@@ -530,14 +532,55 @@ class StackImpl final : public Stack::Impl {
           "rope table");
   }
 
-  /// Y (rows x n) = X (rows x k, row stride ldx) * W^T, W (n x k) row-major.
+  /// Y (rows x n) = X (rows x k, row stride ldx) * W^T, W (n x k) row-major: decode batches of
+  /// up to k::kGemvMaxRows rows through k::gemv (the choice depends on the capture size only),
+  /// larger ones through cuBLAS.
   void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
             const char* op) {
+    if (k::gemv_fits<S>(rows, x, ldx, w, kdim)) {
+      const unsigned blocks = static_cast<unsigned>((n + k::kGemvOuts - 1) / k::kGemvOuts);
+      const auto launch = [&](auto kernel) {
+        kernel<<<blocks, k::kGemvThreads, 0, stream_>>>(x, ldx, w, y, ldy, n, kdim);
+      };
+      switch (rows) {
+        case 1: launch(k::gemv<S, 1>); break;
+        case 2: launch(k::gemv<S, 2>); break;
+        case 3: launch(k::gemv<S, 3>); break;
+        case 4: launch(k::gemv<S, 4>); break;
+        case 5: launch(k::gemv<S, 5>); break;
+        case 6: launch(k::gemv<S, 6>); break;
+        case 7: launch(k::gemv<S, 7>); break;
+        default: launch(k::gemv<S, 8>); break;
+      }
+      check(cudaGetLastError(), op);
+      return;
+    }
     const float one = 1.f, zero = 0.f;
     check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w, cuda_type<S>(),
                             kdim, x, cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy,
                             compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                op);
+  }
+
+  /// uv_proj's product from capture size kUvGemmRows on: o[t, h, :] = olat[t, h, :] W_UV[h]^T
+  /// for all T rows as one cuBLAS batched GEMM over the heads (tensor cores). Both forms run it
+  /// over the same T rows, so cuBLAS picks the same kernel and the rows [0, T_a) they share agree
+  /// bitwise; below kUvGemmRows uv_bmm (whose rows do not depend on the row count) is faster.
+  static constexpr int kUvGemmRows = 64;
+  void uv_gemm(int l, const S* olat, S* o, cudaStream_t s) {
+    const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
+              dv = cfg.v_head_dim;
+    const float one = 1.f, zero = 0.f;
+    if (s != stream_) check_blas(cublasSetStream(blas_, s), "uv_proj stream");
+    // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
+    // ld H L); W_UV[h] is rows dn .. dn + dv of head h's (dn + dv) x L block of w_kv_b.
+    const cublasStatus_t st = cublasGemmStridedBatchedEx(
+        blas_, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one,
+        layers_[l].w_kv_b->get() + static_cast<std::size_t>(dn) * L, cuda_type<S>(), L,
+        static_cast<long long>(dn + dv) * L, olat, cuda_type<S>(), H * L, L, &zero, o,
+        cuda_type<S>(), H * dv, dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT);
+    if (s != stream_) check_blas(cublasSetStream(blas_, stream_), "uv_proj stream");
+    check_blas(st, "uv_proj");
   }
 
   /// Runs one op of layer l at the current capture size (G ops over T rows, H ops over T_a).
@@ -569,25 +612,23 @@ class StackImpl final : public Stack::Impl {
     } else if (op == "q_b_proj") {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
-      // ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads
-      check_blas(
-          cublasGemmStridedBatchedEx(
-              blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(), cuda_type<S>(), L,
-              static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(), H * dq, dq, &zero,
-              w.ql->get(), cuda_type<S>(), H * L, L, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
-          "uk_absorb");
+      // ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads, into qpack's ql part
+      check_blas(cublasGemmStridedBatchedEx(
+                     blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
+                     cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(),
+                     cuda_type<S>(), H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(),
+                     H * (L + d.dr), L + d.dr, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                 "uk_absorb");
     } else if (op == "indexer_wq_b") {
       gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
            "indexer_wq_b");
     } else if (op == "fused_q") {
-      k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(d, m, w.q->get(),
-                                                                         w.qR->get());
-      if (mutant_ == "double-rope") {  // the rotation again, in place on qR
-        k::Dims again = d;
-        again.dn = 0;
-        k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(again, m, w.qR->get(),
-                                                                           w.qR->get());
-      }
+      const int Wq = L + d.dr;  // qpack's per-head stride; qR at offset L
+      k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(
+          d, m, w.q->get(), dq, d.dn, w.qpack->get(), Wq, L);
+      if (mutant_ == "double-rope")  // the rotation again, in place on qR
+        k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(
+            d, m, w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
       if (cfg.is_full_layer(l))
         k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(
             d, m, w.qI->get(), w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
@@ -630,9 +671,10 @@ class StackImpl final : public Stack::Impl {
         k::mqa_gather<S><<<dim3(Ta, (d.K + k::kMqaGatherRows - 1) / k::kMqaGatherRows),
                            k::kMqaThreads, 0, stream_>>>(
             d, m, w.kv, topk_->get(), mqa_keys_->get(),
-            (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0);
-        // Per token t: z_t (H x K) = sigma ql_t c_t^T + sigma qR_t kR_t^T (cuBLAS is column-major:
-        // z_t^T = keys_t ql_t^T with keys_t a W x K column-major view, its first L rows).
+            (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0, w.topk_trace->get());
+        // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr
+        // (cuBLAS is column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major
+        // view and qpack_t a W x H one).
         const float sigma = d.sigma;
         const S* keys = mqa_keys_->get();
         const auto batched = [&](cublasOperation_t ta, int rows, int cols, int depth,
@@ -646,28 +688,17 @@ class StackImpl final : public Stack::Impl {
                      what);
         };
         const long long key_stride = static_cast<long long>(d.K) * W;
-        batched(CUBLAS_OP_T, d.K, H, L, &sigma, keys, W, key_stride, w.ql->get(), L,
-                static_cast<long long>(H) * L, &zero, mqa_z_->get(), d.K, HK,
-                "sparse_mqa scores (latent)");
-        batched(CUBLAS_OP_T, d.K, H, d.dr, &sigma, keys + L, W, key_stride, w.qR->get(), d.dr,
-                static_cast<long long>(H) * d.dr, &one, mqa_z_->get(), d.K, HK,
-                "sparse_mqa scores (rope)");
+        batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,
+                static_cast<long long>(H) * W, &zero, mqa_z_->get(), d.K, HK, "sparse_mqa scores");
         k::mqa_softmax<S><<<dim3(Ta, H), k::kMqaThreads, 0, stream_>>>(
             d, topk_->get(), mqa_z_->get(), mqa_p_->get(), mqa_ml_->get());
         // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
         batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
                 mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
+        // The gather and the finish also write the trace copies (not part of the op's contract):
+        // this layer's sets and latent.
         k::mqa_finish<S><<<dim3(Ta, H), 128, 0, stream_>>>(d, mqa_acc_->get(), mqa_ml_->get(), olat,
-                                                            w.lse->get());
-        // Trace copies (not part of the op's contract): this layer's sets and latent.
-        check(cudaMemcpyAsync(w.topk_trace->get(), topk_->get(),
-                              static_cast<std::size_t>(Ta) * d.K * sizeof(int),
-                              cudaMemcpyDeviceToDevice, stream_),
-              "sparse_mqa trace");
-        check(cudaMemcpyAsync(w.olat_trace->get(), olat,
-                              static_cast<std::size_t>(Ta) * H * L * sizeof(S),
-                              cudaMemcpyDeviceToDevice, stream_),
-              "sparse_mqa trace");
+                                                            w.olat_trace->get(), w.lse->get());
       }
     } else if (op == "uv_proj") {  // no-copy form: backend rows [0, T_a) into o
       S* out = w.o->get();
@@ -678,9 +709,18 @@ class StackImpl final : public Stack::Impl {
       o_ptr_[l] = out;
       // Mutant: an eager segment's op on a side stream, joined with nothing.
       const cudaStream_t s = mutant_ == "unjoined-stream" && eager_segment_ ? side_ : stream_;
-      if (Ta > 0)
-        k::uv_bmm<S><<<k::uv_grid(d, Ta), k::kUvThreads, 0, s>>>(d, Ta, backend_olat_,
-                                                                 w.w_kv_b->get(), out);
+      if (Ta > 0) {
+        if (T >= kUvGemmRows) {  // all T rows into the scratch, rows [0, T_a) on into `out`
+          uv_gemm(l, backend_olat_, uv_rows_->get(), s);
+          check(cudaMemcpyAsync(out, uv_rows_->get(),
+                                static_cast<std::size_t>(Ta) * H * d.dv * sizeof(S),
+                                cudaMemcpyDeviceToDevice, s),
+                "uv_proj");
+        } else {
+          k::uv_bmm<S><<<k::uv_grid(d, Ta), k::kUvThreads, 0, s>>>(d, Ta, backend_olat_,
+                                                                   w.w_kv_b->get(), out);
+        }
+      }
     } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
       if (Ta > 0)
         check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_,
@@ -688,8 +728,11 @@ class StackImpl final : public Stack::Impl {
                               cudaMemcpyDeviceToDevice, stream_),
               "latent_copy");
     } else if (op == "uv_proj_static") {  // copy form: all T rows of the static latent
-      k::uv_bmm<S><<<k::uv_grid(d, T), k::kUvThreads, 0, stream_>>>(d, T, w.olat_static->get(),
-                                                                   w.w_kv_b->get(), w.o->get());
+      if (T >= kUvGemmRows)
+        uv_gemm(l, w.olat_static->get(), w.o->get(), stream_);
+      else
+        k::uv_bmm<S><<<k::uv_grid(d, T), k::kUvThreads, 0, stream_>>>(
+            d, T, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
     } else if (op == "o_proj") {
       // Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph
       // bakes the pointer it had at capture.
@@ -730,6 +773,18 @@ class StackImpl final : public Stack::Impl {
     return tensor_of(name, p, rows, std::move(tail), storage_dtype(cfg, name),
                      [](S v) { return from_storage(v); });
   }
+  /// Columns [off, off + n) of each (row, head) of a (rows, H, stride) device tensor, as a
+  /// (rows, H, n) trace Tensor.
+  Tensor packed_of(const char* name, const S* p, int rows, int H, int stride, int off, int n) {
+    std::vector<S> host(static_cast<std::size_t>(rows) * H * n);
+    if (!host.empty())
+      check(cudaMemcpy2D(host.data(), n * sizeof(S), p + off, stride * sizeof(S), n * sizeof(S),
+                         static_cast<std::size_t>(rows) * H, cudaMemcpyDeviceToHost),
+            "download trace");
+    std::vector<double> data(host.size());
+    for (std::size_t i = 0; i < host.size(); ++i) data[i] = from_storage(host[i]);
+    return Tensor::from(name, {rows, H, n}, std::move(data), storage_dtype(cfg, name));
+  }
   Tensor floats_of(const char* name, const float* p, int rows, std::vector<std::int64_t> tail) {
     return tensor_of(name, p, rows, std::move(tail), storage_dtype(cfg, name),
                      [](float v) { return static_cast<double>(v); });
@@ -756,8 +811,8 @@ class StackImpl final : public Stack::Impl {
       lt.tensors.push_back(tensor_of("q_c", w.q_c->get(), Ta, {cfg.q_lora_rank}));
       lt.tensors.push_back(tensor_of("c", w.c_read->get(), Ta, {L}));
       lt.tensors.push_back(tensor_of("kR", w.kR->get(), Ta, {dr}));
-      lt.tensors.push_back(tensor_of("ql", w.ql->get(), Ta, {H, L}));
-      lt.tensors.push_back(tensor_of("qR", w.qR->get(), Ta, {H, dr}));
+      lt.tensors.push_back(packed_of("ql", w.qpack->get(), Ta, H, L + dr, 0, L));
+      lt.tensors.push_back(packed_of("qR", w.qpack->get(), Ta, H, L + dr, L, dr));
       if (cfg.is_full_layer(l)) {
         lt.tensors.push_back(codes_of("qI8", w.q8->get(), Ta, {HI, cfg.index_head_dim}));
         lt.tensors.push_back(floats_of("qI_scale", w.qscale->get(), Ta, {HI}));
@@ -787,7 +842,7 @@ class StackImpl final : public Stack::Impl {
   Buf<S> h_, ypart_, parts_;
   RankGather* gather_ = nullptr;
   Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_, mqa_acc_;
-  Buf<S> mqa_keys_, mqa_p_;
+  Buf<S> mqa_keys_, mqa_p_, uv_rows_;
   Buf<int> topk_, positions_, request_of_token_, block_table_;
   Buf<long long> slots_;
   std::array<Buf<S>, 2> ring_;
