@@ -34,6 +34,32 @@ TEST(Compare, Bf16GatePassesRoundingAndFailsABug) {
   EXPECT_NE(r.summary().find("first bad flat 1234"), std::string::npos);
 }
 
+// A stage stored in fp32 (lse) whose T1 noise in this step is small by chance: the run's spread
+// (diff_traces passes the stage's largest T1 - T0 over the steps) sets the gate, and the rule
+// says so; a real error still fails, and a step's own larger spread still wins.
+TEST(Compare, Bf16GateTakesTheRunSpreadWhereItIsLarger) {
+  const Tensor t0 = random_tensor("lse", 4, 5, 2.0);
+  Tensor t1 = t0, got = t0;
+  for (double& v : t1.data) v += 1e-4;
+  for (double& v : got.data) v -= 3e-4;  // 3x this step's spread: over its own gate
+  const CompareResult own = compare_bf16(got, t0, t1, DType::float32);
+  EXPECT_FALSE(own.pass);
+  const CompareResult run = compare_bf16(got, t0, t1, DType::float32, DType::bfloat16, 2e-4);
+  EXPECT_TRUE(run.pass) << run.summary();
+  EXPECT_NE(run.rule.find("over the run"), std::string::npos);
+  EXPECT_NEAR(run.tol, 4e-4, 1e-6);
+  Tensor bug = got;
+  bug.data[2] += 0.01;
+  EXPECT_FALSE(compare_bf16(bug, t0, t1, DType::float32, DType::bfloat16, 2e-4).pass);
+  const CompareResult smaller = compare_bf16(got, t0, t1, DType::float32, DType::bfloat16, 5e-5);
+  EXPECT_FALSE(smaller.pass);
+  EXPECT_EQ(smaller.rule.find("over the run"), std::string::npos);
+  // A huge run spread widens the gate up to the vacuity cap, not past it (no refusal).
+  const CompareResult capped = compare_bf16(got, t0, t1, DType::float32, DType::bfloat16, 10.0);
+  EXPECT_FALSE(capped.refused) << capped.summary();
+  EXPECT_DOUBLE_EQ(capped.tol, vacuity_cap(t0, DType::bfloat16));
+}
+
 TEST(Compare, NanNeverPasses) {
   const Tensor t0 = random_tensor("y", 256, 2);
   Tensor got = t0;

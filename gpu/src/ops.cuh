@@ -719,16 +719,25 @@ inline dim3 uv_grid(const Dims& d, int rows) {
 }
 
 /// Projections of decode batches (T <= kGemvMaxRows rows): y (R x n) = S(x (R x k) W^T), W (n x
-/// k) row-major, fp32 accumulation, reading W once at full bandwidth (cuBLAS's GEMMs of one to
-/// eight rows run at 1.2-20x their weight-read floor). A block computes kGemvOuts outputs for
-/// all R rows; its 8 warps split k into 8 contiguous slices, a lane sums its 16-byte pieces of
-/// the slice in ascending order, then a fixed shuffle tree per warp and the warps' sums in warp
-/// order: the order depends only on k, so every plan gets the same bits. Needs k a multiple of
-/// 16 / sizeof(S) and 16-byte aligned rows (gemv_fits). Grid ceil(n / kGemvOuts), kGemvThreads.
+/// k) row-major, fp32 accumulation, reading W once at full bandwidth (cuBLAS's GEMMs of one row
+/// run at 1.1-20x their weight-read floor). A group of `ksplit` warps computes kGemvOuts outputs
+/// for all R rows, warp q of the group summing the q-th of ksplit contiguous slices of k (long
+/// rows are split so that enough warps stream the weights; short ones are not, as each split
+/// costs a reduction): a lane sums its 16-byte pieces of the slice in ascending order, then a
+/// fixed shuffle tree per warp and the group's warps in order. The order depends only on k, so
+/// every plan gets the same bits. Needs k a multiple of 16 / sizeof(S) and 16-byte aligned rows
+/// (gemv_fits). Grid ceil(n / (kGemvOuts kGemvWarps / ksplit)), kGemvThreads threads.
 constexpr int kGemvThreads = 256;
 constexpr int kGemvWarps = kGemvThreads / 32;
 constexpr int kGemvOuts = 4;
-constexpr int kGemvMaxRows = 8;
+constexpr int kGemvMaxRows = 4;
+
+/// Warps sharing one group of outputs: 1, 2, 4 or 8, about one per 1536 values of k.
+__host__ __device__ inline int gemv_ksplit(int k) {
+  int s = 1;
+  while (s < kGemvWarps && (s * 2) * 1536 <= k) s *= 2;
+  return s;
+}
 
 template <class S>
 __device__ __forceinline__ void load16(const S* p, float* out) {
@@ -748,30 +757,34 @@ __device__ __forceinline__ void load16(const S* p, float* out) {
 
 template <class S, int R>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv(const S* x, int ldx, const S* w, S* y, int ldy, int n, int k) {
+    gemv(const S* x, int ldx, const S* w, S* y, int ldy, int n, int k, int ksplit) {
   constexpr int V = 16 / sizeof(S);
   __shared__ float part[kGemvWarps][R][kGemvOuts];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n0 = blockIdx.x * kGemvOuts;
-  const int nvec = k / V, v0 = nvec * warp / kGemvWarps, v1 = nvec * (warp + 1) / kGemvWarps;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = warp / ksplit, q = warp % ksplit, groups = kGemvWarps / ksplit;
+  const int n0 = (blockIdx.x * groups + group) * kGemvOuts;
+  const int nvec = k / V, v0 = nvec * q / ksplit, v1 = nvec * (q + 1) / ksplit;
   float acc[R][kGemvOuts];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int o = 0; o < kGemvOuts; ++o) acc[r][o] = 0.f;
+  if (n0 < n) {
 #pragma unroll 2
-  for (int v = v0 + lane; v < v1; v += 32) {
-    float xv[R][V];
+    for (int v = v0 + lane; v < v1; v += 32) {
+      float xv[R][V];
 #pragma unroll
-    for (int r = 0; r < R; ++r) load16(x + static_cast<long long>(r) * ldx + v * V, xv[r]);
+      for (int r = 0; r < R; ++r) load16(x + static_cast<long long>(r) * ldx + v * V, xv[r]);
 #pragma unroll
-    for (int o = 0; o < kGemvOuts; ++o) {
-      if (n0 + o >= n) break;
-      float wv[V];
-      load16(w + static_cast<long long>(n0 + o) * k + v * V, wv);
+      for (int o = 0; o < kGemvOuts; ++o) {
+        if (n0 + o >= n) break;
+        float wv[V];
+        load16(w + static_cast<long long>(n0 + o) * k + v * V, wv);
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc[r][o] = fmaf(xv[r][j], wv[j], acc[r][o]);
+          for (int j = 0; j < V; ++j) acc[r][o] = fmaf(xv[r][j], wv[j], acc[r][o]);
+      }
     }
   }
 #pragma unroll
@@ -782,12 +795,14 @@ __global__ void __launch_bounds__(kGemvThreads)
       if (lane == 0) part[warp][r][o] = s;
     }
   __syncthreads();
-  if (threadIdx.x < R * kGemvOuts) {
-    const int r = threadIdx.x / kGemvOuts, o = threadIdx.x % kGemvOuts;
-    if (n0 + o < n) {
+  if (threadIdx.x < groups * R * kGemvOuts) {
+    const int g = threadIdx.x / (R * kGemvOuts), r = threadIdx.x / kGemvOuts % R,
+              o = threadIdx.x % kGemvOuts;
+    const int out = (blockIdx.x * groups + g) * kGemvOuts + o;
+    if (out < n) {
       float s = 0.f;
-      for (int q = 0; q < kGemvWarps; ++q) s += part[q][r][o];
-      y[static_cast<long long>(r) * ldy + n0 + o] = st<S>(s);
+      for (int qq = 0; qq < ksplit; ++qq) s += part[g * ksplit + qq][r][o];
+      y[static_cast<long long>(r) * ldy + out] = st<S>(s);
     }
   }
 }

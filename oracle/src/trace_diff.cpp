@@ -99,6 +99,32 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
       double& m = scale[{-1, "output"}];
       m = std::max(m, max_abs(st.output));
     }
+  // bf16: each stage's largest T1 - T0 over the run, the floor of its spread term. One step's
+  // few values (lse: T_a x H of them) can make T1's rounding noise look smaller than it is: two
+  // GPU properties failed lse at 1.05-1.10x a per-step gate on tiny configurations (H <= 2,
+  // K <= 3) with GPU kernels that had passed them before; see docs/TOLERANCES.md.
+  std::map<std::pair<int, std::string>, double> run_spread;
+  if (cfg.precision == Precision::bf16) {
+    const std::size_t n = std::min(t0.size(), t1.size());
+    for (std::size_t s = 0; s < n; ++s) {
+      for (int l = 0; l < cfg.num_layers && l < static_cast<int>(t0[s].layers.size()) &&
+                      l < static_cast<int>(t1[s].layers.size());
+           ++l)
+        for (const Tensor& x0 : t0[s].layers[l].tensors) {
+          const Tensor* x1 = t1[s].layers[l].find(x0.name);
+          if (!x1 || x1->shape != x0.shape || x0.name == "topk") continue;
+          double& m = run_spread[{l, x0.name}];
+          m = std::max(m, x0.name == "omega"
+                              ? max_abs_diff(per_scale(*x1, t1[s].layers[l].at("qI_scale")),
+                                             per_scale(x0, t0[s].layers[l].at("qI_scale")))
+                              : max_abs_diff(*x1, x0));
+        }
+      if (t1[s].output.shape == t0[s].output.shape) {
+        double& m = run_spread[{-1, "output"}];
+        m = std::max(m, max_abs_diff(t1[s].output, t0[s].output));
+      }
+    }
+  }
   // layer: the stage's layer, -1 for the step's output.
   const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1, int layer) {
     if (cfg.precision == Precision::fp32)
@@ -110,7 +136,8 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
         cfg.kv_cache == KvCache::fp8_ds_mla &&
         (layer != 0 || x0.name == "olat" || x0.name == "lse" || x0.name == "o" || x0.name == "y");
     return compare_bf16(g, x0, x1, storage_dtype(cfg, x0.name),
-                        fp8_limited ? DType::float8_e4m3fn : DType::bfloat16);
+                        fp8_limited ? DType::float8_e4m3fn : DType::bfloat16,
+                        run_spread[{layer, x0.name}]);
   };
   const std::size_t steps = std::min({cand.size(), t0.size(), t1.size()});
   for (std::size_t s = 0; s < steps; ++s) {

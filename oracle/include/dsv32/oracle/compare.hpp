@@ -52,10 +52,13 @@ double gamma_fp32(std::int64_t n);
 /// code of an fp8 cache is the pipeline's own resolution).
 double vacuity_cap(const Tensor& t0, DType precision);
 
-/// bf16-precision gate: max|got - T0| <= 2 max|T1 - T0| + fa_floor(T0, storage); the vacuity
-/// cap is taken in bf16 (the pipeline's precision) whatever the stage's storage dtype.
+/// bf16-precision gate: max|got - T0| <= 2 spread + fa_floor(T0, storage), spread = max|T1 -
+/// T0| or, where larger, `run_spread` (diff_traces passes the stage's largest T1 - T0 over the
+/// steps of the run: its rounding noise measured on more than one step's few values), that
+/// widening never past the vacuity cap; the cap is taken in bf16 (the pipeline's precision)
+/// whatever the stage's storage dtype.
 CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage,
-                           DType cap_precision = DType::bfloat16);
+                           DType cap_precision = DType::bfloat16, double run_spread = 0.0);
 /// fp32-precision gate: max|got - T0| <= 2 gamma_n max(max|T0|, scale), n the dot length the
 /// error is bounded over (diff_traces passes fp32_chain_dot) and `scale` the stage's magnitude
 /// over the whole run (diff_traces passes the largest max|T0| of the stage over the steps): a
@@ -65,6 +68,8 @@ CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n,
                            double scale = 0.0);
 /// Largest |value| of a tensor (0 for an empty one; NaN ignored).
 double max_abs(const Tensor& t);
+/// max |a - b| over the elements both have (NaN ignored, as max_abs).
+double max_abs_diff(const Tensor& a, const Tensor& b);
 /// Fixed-tolerance compare (bitwise when tol == 0), e.g. plan vs eager.
 CompareResult compare_abs(const Tensor& got, const Tensor& want, double tol);
 /// Quantized blocks: values dequantized with their scales must agree within one e4m3 quantum at
