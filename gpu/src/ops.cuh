@@ -807,13 +807,18 @@ __global__ void __launch_bounds__(kGemvThreads)
   }
 }
 
-/// Whether gemv serves a projection: few rows, k in whole 16-byte pieces, rows 16-byte aligned.
+/// Whether gemv serves a projection: k in whole 16-byte pieces, rows 16-byte aligned, and a
+/// shape where it beat cuBLAS on the H200 (bench-gpu --per-op, dsv32 sizes): weights of up to
+/// 2^24 values at 1-4 rows (qkv_a_proj 2.0x, indexer_wk_proj 2.0x, indexer_wq_b 1.6x faster at
+/// T = 1), and long rows (k >= 8192) at one row (o_proj 1.09x). Not q_b_proj (k = 1536, 24576
+/// rows of W: 1.05-1.3x slower than cuBLAS), nor o_proj at 2-4 rows (1.1-1.35x slower).
 template <class S>
-inline bool gemv_fits(int rows, const void* x, int ldx, const void* w, int k) {
+inline bool gemv_fits(int rows, int n, const void* x, int ldx, const void* w, int k) {
   constexpr int V = 16 / sizeof(S);
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return rows >= 1 && rows <= kGemvMaxRows && k % V == 0 && ldx % V == 0 && aligned(x) &&
-         aligned(w);
+  const bool shape = (rows <= kGemvMaxRows && static_cast<long long>(n) * k <= (1LL << 24)) ||
+                     (rows == 1 && k >= 8192);
+  return rows >= 1 && shape && k % V == 0 && ldx % V == 0 && aligned(x) && aligned(w);
 }
 
 /// Deterministic pseudo-random fill of the cache entries of positions [0, ctx) of one request

@@ -534,10 +534,11 @@ class StackImpl final : public Stack::Impl {
 
   /// Y (rows x n) = X (rows x k, row stride ldx) * W^T, W (n x k) row-major: decode batches of
   /// up to k::kGemvMaxRows rows through k::gemv (the choice depends on the capture size only),
-  /// larger ones through cuBLAS (at 8 rows gemv was 2-6x slower than cuBLAS on the H200).
+  /// larger ones and the shapes where cuBLAS is faster through cuBLAS (at 8 rows gemv was 2-6x
+  /// slower than cuBLAS on the H200).
   void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
             const char* op) {
-    if (k::gemv_fits<S>(rows, x, ldx, w, kdim)) {
+    if (k::gemv_fits<S>(rows, n, x, ldx, w, kdim)) {
       const int ksplit = k::gemv_ksplit(kdim);
       const int per_block = k::kGemvOuts * (k::kGemvWarps / ksplit);
       const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
