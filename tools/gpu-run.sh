@@ -48,5 +48,8 @@ if [ "$gpus" -ge 2 ]; then
 fi
 logged "$out/bench-gpu-per-op.log" ./build/gpu/tools/dsv32 bench-gpu --per-op --context 8192 \
   --repeats 10 --json "$out/bench-gpu-per-op.json"
+logged "$out/bench-gpu-per-op-decode.log" ./build/gpu/tools/dsv32 bench-gpu --per-op \
+  --per-op-presets dsv32 --per-op-tokens 1 2 4 8 --context 8192 --repeats 10 \
+  --json "$out/bench-gpu-per-op-decode.json"
 grep -hE "tests passed|tests failed" "$out"/ctest-*.log
 exit $status
