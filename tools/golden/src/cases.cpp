@@ -84,8 +84,12 @@ std::vector<CaseSpec> build() {
                    {{{{0, 40}, {1, 8}}, 0, {}}, {{{0, 1}, {1, 1}, {2, 3}}, 8, {}}}));
   Config full = preset("dsv32");
   full.index_topk_pattern = "F";
+  // Steps of 96, 2 and 1 tokens: the GPU's products take cuBLAS at 96 rows (uv_proj too), the
+  // decode GEMV at 2 rows, and at one row also o_proj's long-row GEMV (docs/GPU.md).
   CaseSpec f = make("dsv32-full", "Full DeepSeek-V3.2 sizes, one layer (generated on demand)", full,
-                    {{{{0, 64}, {1, 32}}, 0, {}}, {{{0, 1}, {1, 1}}, 0, {}}});
+                    {{{{0, 64}, {1, 32}}, 0, {}},
+                     {{{0, 1}, {1, 1}}, 0, {}},
+                     {{{0, 1}}, 0, {}}});
   f.committed = false;
   f.num_blocks = 8;
   r.push_back(std::move(f));
