@@ -628,7 +628,8 @@ __global__ void __launch_bounds__(kMqaThreads)
   const int t = blockIdx.x, h = blockIdx.y;
   const long long th = static_cast<long long>(t) * d.H + h, row_at = th * d.K;
   const int* row = topk + static_cast<long long>(t) * d.K;
-  // Entry r of this thread: k = threadIdx.x + r blockDim.x; NaN marks an invalid index.
+  // Entry r of this thread: k = threadIdx.x + r blockDim.x. An invalid index reads no score
+  // (NaN stands in); `see` and `emit` test the index itself, so a NaN score stays a score.
   const auto entry = [&](int k) { return k < d.K && row[k] >= 0 ? z[row_at + k] : NAN; };
   float zr[kMqaSoftmaxRegs];
 #pragma unroll

@@ -31,7 +31,6 @@ double rms_of(const Tensor& t) {
   return t.data.empty() ? 0.0 : std::sqrt(s / static_cast<double>(t.data.size()));
 }
 
-
 /// Checks shapes and finiteness and fills max_err, counts, first bad, cosine difference.
 CompareResult measure(const Tensor& got, const Tensor& want, double tol, std::string rule) {
   CompareResult r;
@@ -178,20 +177,30 @@ double vacuity_cap(const Tensor& t0, DType precision) {
   return std::max(0.01 * rms_of(t0), ulps * ulp_in(precision, max_abs(t0)));
 }
 
+namespace {
+
+/// A gate widened from its own tolerance towards `wide` (from the stage's statistic over the
+/// run), never past the vacuity cap: that widening alone does not make a gate vacuous.
+double widened_tol(double own, double wide, double cap) {
+  return std::max(own, std::min(wide, cap));
+}
+
+}  // namespace
+
 CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1, DType storage,
                            DType cap_precision, double run_spread) {
-  // The run's spread where it is larger, but never past the vacuity cap: that widening alone
-  // does not make a gate vacuous (as compare_fp32's run scale).
-  const double own = t1.shape == t0.shape ? max_abs_diff(t1, t0) : 0.0;
+  // The run's spread where it is larger than the step's own.
+  const bool same_shape = t1.shape == t0.shape;
+  const double own = same_shape ? max_abs_diff(t1, t0) : 0.0;
   const double floor = fa_floor(t0, storage), own_tol = 2.0 * own + floor;
-  const bool run = t1.shape == t0.shape && run_spread > own;
+  const bool run = same_shape && run_spread > own;
   const double tol =
-      run ? std::max(own_tol, std::min(2.0 * run_spread + floor, vacuity_cap(t0, cap_precision)))
+      run ? widened_tol(own_tol, 2.0 * run_spread + floor, vacuity_cap(t0, cap_precision))
           : own_tol;
   CompareResult r = measure(got, t0, tol,
                             run ? "2*max|T1-T0| over the run (capped) + fa_floor"
                                 : "2*max|T1-T0| + fa_floor");
-  if (t1.shape != t0.shape) {
+  if (!same_shape) {
     r.refused = true;
     r.note = "T1 shape " + t1.shape_string() + " != T0 shape " + t0.shape_string();
   }
@@ -203,12 +212,11 @@ CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1
 }
 
 CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n, double scale) {
-  // At the stage's run scale where that is larger (a step whose values cancelled), but never
-  // past the vacuity cap: that widening alone does not make a gate vacuous.
+  // At the stage's run scale where that is larger (a step whose values cancelled).
   const double rel = 2.0 * gamma_fp32(n), own_scale = max_abs(t0), own = rel * own_scale;
   const bool widened = scale > own_scale;
   const double tol =
-      widened ? std::max(own, std::min(rel * scale, vacuity_cap(t0, DType::float32))) : own;
+      widened ? widened_tol(own, rel * scale, vacuity_cap(t0, DType::float32)) : own;
   CompareResult r = measure(got, t0, tol,
                             (widened ? "2*gamma_n*max(max|T0|, run scale) capped, n="
                                      : "2*gamma_n*max|T0|, n=") +
