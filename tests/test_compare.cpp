@@ -107,6 +107,36 @@ TEST(Compare, Fp8CacheEntriesAllowOneQuantumAtTheTileScale) {
   EXPECT_FALSE(compare_fp8_cache(nan, t0, t0, 128).pass);
 }
 
+TEST(Compare, Fp8CacheAllowsTheCandidatesOwnTileScale) {
+  // fp32 precision (T1 = T0): a candidate whose tile amax came out one part in 10^7 larger
+  // quantizes on a grid that much coarser; a code that flips at a rounding boundary then
+  // differs by a hair over one quantum at T0's scale (GpuPlanProperty found 1 + 1e-7). The
+  // fp32 bound of the norm's reduction admits it; two quanta still fail.
+  const int cols = 256;
+  const rng::Stream s(7, "c");
+  std::vector<double> v(cols);
+  for (int i = 0; i < cols; ++i) v[i] = s.symmetric(i);
+  Tensor t0 = Tensor::from("c", {1, cols}, v, DType::bfloat16);
+  double amax = 0;
+  for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[i]));
+  const double scale = amax / kE4m3Max, theirs = scale * (1 + 1e-7);
+  const int k = 5;
+  const double code = round_e4m3(v[k] / scale), q = e4m3_quantum(std::fabs(code)) * scale;
+  Tensor got = t0;
+  for (int i = 0; i < 128; ++i) {
+    t0.data[i] = round_e4m3(v[i] / scale) * scale;
+    got.data[i] = round_e4m3(v[i] / scale) * theirs;
+  }
+  got.data[k] = (code + (code >= 0 ? 1 : -1) * q / scale) * theirs;  // the neighbouring code
+  ASSERT_GT(std::fabs(got.data[k] - t0.data[k]), q);
+  EXPECT_FALSE(compare_fp8_cache(got, t0, t0, 128).pass);
+  const double rel = 2 * gamma_fp32(cols);
+  EXPECT_TRUE(compare_fp8_cache(got, t0, t0, 128, rel).pass);
+  Tensor two = got;
+  two.data[k] += (code >= 0 ? 1 : -1) * q;
+  EXPECT_FALSE(compare_fp8_cache(two, t0, t0, 128, rel).pass);
+}
+
 TEST(Compare, VacuousGatesAreRefused) {
   const Tensor t0 = random_tensor("y", 256, 3);
   const Tensor far = random_tensor("y", 256, 4);  // unrelated "T1": 2 max|T1-T0| ~ 4

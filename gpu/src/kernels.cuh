@@ -12,6 +12,21 @@ namespace dsv32::gpu::k {
 
 using bf16 = __nv_bfloat16;
 
+/// Programmatic dependent launch (docs/DECISIONS.md, "PDL"): the stack launches its kernels with
+/// programmatic stream serialization, so a kernel's blocks may be resident before the kernel
+/// ahead of it in the stream has finished. Every such kernel calls this first, before it reads
+/// or writes anything: it waits until the grid ahead has completed and its memory is visible,
+/// then lets the next kernel launch (its blocks wait here in turn). Waiting first in every
+/// kernel keeps the stream's order transitive (a kernel cannot complete before its
+/// predecessor); only the launch latency overlaps. A no-op without a programmatic dependency
+/// and below sm_90.
+__device__ __forceinline__ void stream_order() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float ld(float v) {
   return v;
 }

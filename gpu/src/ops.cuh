@@ -64,6 +64,7 @@ __device__ __forceinline__ void rmsnorm_row(const S* x, const S* g, S* y, int n,
 template <class S>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
+  stream_order();
   __shared__ float sh[32];
   rmsnorm_row(in + static_cast<long long>(blockIdx.x) * in_ld, g,
               out + static_cast<long long>(blockIdx.x) * out_ld, n, eps, sh);
@@ -127,6 +128,7 @@ __device__ __forceinline__ float latent_at(const Dims& d, const KvCache<S>& cach
 /// The latent of the real tokens as read back from the cache (the trace's `c`).
 template <class S>
 __global__ void read_latent(Dims d, Meta m, KvCache<S> cache, S* out) {
+  stream_order();
   const int t = blockIdx.x;
   const long long slot = m.slots[t];
   for (int i = threadIdx.x; i < d.L; i += blockDim.x)
@@ -198,6 +200,7 @@ __global__ void __launch_bounds__(kNormRopeThreads)
                     KvCache<S> cache, S* kR_out, bool index_k, const S* kw, const S* g_k,
                     const S* b_k, IndexCache index, std::uint8_t* k8_out, float* kscale_out,
                     bool clear, int* topk) {
+  stream_order();
   extern __shared__ float smem[];
   float* sh = smem;        // 32
   float* buf = smem + 32;  // L (kv_insert) or 128 (index_k_insert)
@@ -230,6 +233,7 @@ template <class S>
 __global__ void __launch_bounds__(kQRopeThreads)
     q_rope(Dims d, Meta m, const S* src, int src_stride, int src_off, S* dst, int dst_stride,
            int dst_off) {
+  stream_order();
   const int t = blockIdx.x, p = m.positions[t], half = d.dr / 2;
   const int w = blockIdx.y * blockDim.x + threadIdx.x;
   if (w >= d.H * half) return;
@@ -254,6 +258,7 @@ inline dim3 q_rope_grid(const Dims& d, int T) {
 template <class S>
 __global__ void index_q(Dims d, Meta m, const S* qI, const S* kw, std::uint8_t* q8, float* qscale,
                         float* omega) {
+  stream_order();
   __shared__ float v[128];
   __shared__ float sh[32];
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
@@ -295,29 +300,44 @@ __host__ __device__ inline int index_q_floats(const Dims& d) {
 }
 __host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
   return sizeof(float) *
-         (static_cast<std::size_t>(index_q_floats(d)) + d.HI + 32 * (129 + kIdxGroups));
+         (static_cast<std::size_t>(index_q_floats(d)) + d.HI + 32 * (129 + kIdxGroups + 1));
 }
 
 /// Stages the token's q8 codes (as floats; 0 for the padding heads h >= HI) and omegas in
 /// shared memory: q of head h = g + kIdxGroups (c kIdxChunk + u), dimension i at
-/// ((g C + c) 128 + i) kIdxChunk + u, C = index_chunks(d); then the HI omegas.
+/// ((g C + c) 128 + i) kIdxChunk + u, C = index_chunks(d); then the HI omegas. Work item w
+/// reads one 4-byte word (dimensions 4 wl .. 4 wl + 3) of head u of chunk (g, c) = w / 256, a
+/// thread's words loaded together, then stored: the 32 lanes of a warp cover 8 heads x 4 words,
+/// and each lane writes its four values in an order rotated by wl, so that a warp's 32 stores
+/// hit 32 different banks (in plain order all 32 lanes hit one bank: a block spent longer
+/// staging q than computing the scores).
 __device__ __forceinline__ void stage_index_q(const Dims& d, int t, const std::uint8_t* q8,
                                               const float* omega, float* sq) {
   const int n = index_q_floats(d), C = index_chunks(d);
-  if (d.HI != kIdxGroups * C * kIdxChunk) {  // padding heads: zeros
-    for (int w = threadIdx.x; w < n; w += blockDim.x) sq[w] = 0.f;
-    __syncthreads();
-  }
-  // Four codes a load, read in order (coalesced), each placed at its head's slot.
   const unsigned int* src =
       reinterpret_cast<const unsigned int*>(q8 + static_cast<long long>(t) * d.HI * 128);
-  for (int w = threadIdx.x; w < d.HI * 32; w += blockDim.x) {
-    const int h = w / 32, i0 = (w % 32) * 4, g = h % kIdxGroups, hm = h / kIdxGroups;
-    float* dst = sq + ((g * C + hm / kIdxChunk) * 128 + i0) * kIdxChunk + hm % kIdxChunk;
-    const unsigned int word = src[w];
+  constexpr int kBatch = 8;  // words loaded together (HI = 64: a thread's whole share at once)
+  for (int w0 = threadIdx.x; w0 < n / 4; w0 += kBatch * blockDim.x) {
+    unsigned int word[kBatch];
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-      dst[q * kIdxChunk] = e4m3_to_float(static_cast<std::uint8_t>(word >> (8 * q)));
+    for (int b = 0; b < kBatch; ++b) {
+      const int w = w0 + b * blockDim.x;
+      const int u = w % kIdxChunk, wl = (w / kIdxChunk) % 32, gc = w / (kIdxChunk * 32);
+      const int h = gc / C + kIdxGroups * ((gc % C) * kIdxChunk + u);
+      word[b] = w < n / 4 && h < d.HI ? src[h * 32 + wl] : 0u;  // code 0 is +0
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int w = w0 + b * blockDim.x;
+      if (w >= n / 4) break;
+      const int u = w % kIdxChunk, wl = (w / kIdxChunk) % 32, gc = w / (kIdxChunk * 32);
+      float* dst = sq + (gc * 128 + 4 * wl) * kIdxChunk + u;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int q = (r + wl) & 3;
+        dst[q * kIdxChunk] = e4m3_to_float(static_cast<std::uint8_t>(word[b] >> (8 * q)));
+      }
+    }
   }
   for (int w = threadIdx.x; w < d.HI; w += blockDim.x)
     sq[n + w] = omega[static_cast<long long>(t) * d.HI + w];
@@ -374,20 +394,25 @@ static_assert(kIdxChunk == 8, "index_group_sum unrolls two float4 per dimension"
 __global__ void __launch_bounds__(kIdxThreads)
     index_scores_grouped(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
                          IndexCache cache, float* scores, int ld_scores) {
+  stream_order();
   extern __shared__ float4 smem4[];
   float* sq = reinterpret_cast<float*>(smem4);  // q codes, then HI omegas
   float* keys = sq + index_q_floats(d) + d.HI;  // 32 x 129
   float* part = keys + 32 * 129;                // kIdxGroups x 32
+  float* kscale = part + kIdxGroups * 32;       // 32: the keys' scales, read with their codes
   const int t = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x;
   const int p = m.positions[t], r = m.request_of_token[t];
   stage_index_q(d, t, q8, omega, sq);
   for (int w = tid; w < 32 * 8; w += blockDim.x) {  // a 16-code piece of a key each
     const int kk = w / 8, piece = w % 8, j = j0 + kk;
     float v[16];
-    if (j <= p)
-      decode16(cache.codes + slot_of(d, m, r, j) * 128 + piece * 16, v);
-    else
+    if (j <= p) {
+      const long long slot = slot_of(d, m, r, j);
+      decode16(cache.codes + slot * 128 + piece * 16, v);
+      if (piece == 0) kscale[kk] = cache.scales[slot];
+    } else {
       for (int q = 0; q < 16; ++q) v[q] = 0.f;
+    }
     for (int q = 0; q < 16; ++q) keys[kk * 129 + piece * 16 + q] = v[q];
   }
   __syncthreads();
@@ -399,7 +424,7 @@ __global__ void __launch_bounds__(kIdxThreads)
   if (tid < 32 && j <= p) {
     float total = 0.f;
     for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * 32 + tid];
-    scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[slot_of(d, m, r, j)] * total;
+    scores[static_cast<long long>(t) * ld_scores + j] = kscale[tid] * total;
   }
 }
 
@@ -408,6 +433,7 @@ __global__ void __launch_bounds__(kIdxThreads)
 __global__ void __launch_bounds__(kIdxKeyThreads)
     index_scores_keys(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
                       IndexCache cache, float* scores, int ld_scores) {
+  stream_order();
   extern __shared__ float4 smem4[];
   float* sq = reinterpret_cast<float*>(smem4);  // q codes, then HI omegas
   const int t = blockIdx.x;
@@ -440,44 +466,32 @@ __device__ __forceinline__ unsigned long long topk_key(float score, int j) {
   return (static_cast<unsigned long long>(b) << 32) | (0xFFFFFFFFu - static_cast<unsigned int>(j));
 }
 
-/// Exclusive prefix sum of one int per thread in a fixed order; returns the block total.
-__device__ __forceinline__ int block_scan(int v, int* sh, int& total) {
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int o = 1; o < blockDim.x; o <<= 1) {
-    const int add = threadIdx.x >= o ? sh[threadIdx.x - o] : 0;
-    __syncthreads();
-    sh[threadIdx.x] += add;
-    __syncthreads();
-  }
-  total = sh[blockDim.x - 1];
-  const int excl = sh[threadIdx.x] - v;
-  __syncthreads();
-  return excl;
-}
-
 /// indexer_topk, selection: rows [0, T_a) of the shared buffer. All of 0..p in order when
 /// p + 1 <= K, else the K best keys by a radix select over 8-bit digits of (score, position),
-/// written in ascending position order. Thread i owns the positions [i per, (i + 1) per), per =
-/// ceil(n / kTopkThreads), its first kTopkRegs keys held in registers across the passes. A
-/// pass counts the digits of the keys that match the prefix so far; lanes of a warp with the
-/// same digit add their count once (__match_any_sync), as a row's scores mostly share their
-/// leading digits. After each pass the digit's bucket is found by warp 0 (a lane per 8 digits,
-/// a shuffle scan over lanes); once the whole bucket is needed (its count is what is left of
-/// K: always, after the score's bits, unless scores tie) every key with the prefix is taken and
-/// the passes stop; one block scan of the threads' counts places them. One block per token;
-/// histogram counts do not depend on atomic order, and the set is the same as a full 8-pass
-/// select's.
+/// written in ascending position order. Warp w owns the positions [w 32 per, (w + 1) 32 per),
+/// per = ceil(n / kTopkThreads), lane l of it w 32 per + 32 r + l for r = 0 .. per - 1 (loads
+/// coalesced; the first kTopkRegs keys held in registers across the passes). A pass counts the
+/// digits of the keys that match the prefix so far: where a warp's 32 digits agree (a row's
+/// scores mostly share their leading digits) one lane adds 32, else each lane adds 1 (integer
+/// counts: the sum does not depend on atomic order). After each pass the digit's bucket is
+/// found by warp 0 (a lane per 8 digits, a shuffle scan over lanes); once the whole bucket is
+/// needed (its count is what is left of K: always, after the score's bits, unless scores tie)
+/// every key with the prefix is taken and the passes stop. The chosen keys are placed by a scan
+/// over the warps' counts and ballots within each warp, in position order. One block per token;
+/// the set is the same as a full 8-pass select's.
 constexpr int kTopkThreads = 1024;
+constexpr int kTopkWarps = kTopkThreads / 32;
 constexpr int kTopkRegs = 16;
 
 __global__ void __launch_bounds__(kTopkThreads)
     topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk) {
+  stream_order();
   __shared__ unsigned int hist[256];
-  __shared__ int scan[kTopkThreads];
+  __shared__ int warp_at[kTopkWarps + 1];
   __shared__ unsigned long long prefix_sh;
   __shared__ int k_left_sh, done_sh;
-  const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K, lane = threadIdx.x % 32;
+  const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K, lane = threadIdx.x % 32,
+            warp = threadIdx.x / 32;
   int* out = topk + static_cast<long long>(t) * K;
   const float* sc = scores + static_cast<long long>(t) * ld_scores;
   if (n <= K) {  // entries n.. keep the -1 that norm_rope_cache cleared them to
@@ -485,19 +499,23 @@ __global__ void __launch_bounds__(kTopkThreads)
     return;
   }
   const int per = (n + blockDim.x - 1) / blockDim.x;  // the same in every thread
-  const int j0 = threadIdx.x * per, j1 = min(n, j0 + per);
+  const int j0 = warp * 32 * per + lane;                // position of r = 0; r adds 32
   unsigned long long kr[kTopkRegs];
 #pragma unroll
-  for (int r = 0; r < kTopkRegs; ++r) kr[r] = j0 + r < j1 ? topk_key(sc[j0 + r], j0 + r) : 0ull;
-  // f(r, key, valid) for the thread's positions r = 0 .. per - 1 in order (the same count in
-  // every thread); the first kTopkRegs from registers, indexed statically.
+  for (int r = 0; r < kTopkRegs; ++r) {
+    const int j = j0 + 32 * r;
+    kr[r] = r < per && j < n ? topk_key(sc[j], j) : 0ull;
+  }
+  // f(r, j, key, valid) for the thread's positions r = 0 .. per - 1 in order (the same count in
+  // every thread, so whole warps meet in the votes); the first kTopkRegs from registers.
   const auto each = [&](auto&& f) {
 #pragma unroll
     for (int r = 0; r < kTopkRegs; ++r)
-      if (r < per) f(r, kr[r], j0 + r < j1);
+      if (r < per) f(j0 + 32 * r, kr[r], j0 + 32 * r < n);
     for (int r = kTopkRegs; r < per; ++r) {
-      const bool valid = j0 + r < j1;
-      f(r, valid ? topk_key(sc[j0 + r], j0 + r) : 0ull, valid);
+      const int j = j0 + 32 * r;
+      const bool valid = j < n;
+      f(j, valid ? topk_key(sc[j], j) : 0ull, valid);
     }
   };
   unsigned long long prefix = 0, mask = 0;
@@ -505,12 +523,16 @@ __global__ void __launch_bounds__(kTopkThreads)
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();
-    each([&](int, unsigned long long kk, bool valid) {  // the whole warp meets in match_any
-      const unsigned int digit = valid && (kk & mask) == prefix
-                                     ? static_cast<unsigned int>((kk >> shift) & 0xFF)
-                                     : 0xFFFFFFFFu;
-      const unsigned int peers = __match_any_sync(0xffffffffu, digit);
-      if (digit != 0xFFFFFFFFu && __ffs(peers) - 1 == lane) atomicAdd(&hist[digit], __popc(peers));
+    each([&](int, unsigned long long kk, bool valid) {
+      constexpr unsigned int kNone = 0xFFFFFFFFu;
+      const unsigned int digit =
+          valid && (kk & mask) == prefix ? static_cast<unsigned int>((kk >> shift) & 0xFF) : kNone;
+      const unsigned int first = __shfl_sync(0xffffffffu, digit, 0);
+      if (__all_sync(0xffffffffu, digit == first)) {
+        if (lane == 0 && digit != kNone) atomicAdd(&hist[digit], 32u);
+      } else if (digit != kNone) {
+        atomicAdd(&hist[digit], 1u);
+      }
     });
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -545,13 +567,32 @@ __global__ void __launch_bounds__(kTopkThreads)
     __syncthreads();
     if (done) break;  // prefix's lower bits are 0: every key of the bucket is >= it
   }
-  // prefix is the K-th best key; every key >= it, in ascending position order.
+  // prefix is the K-th best key; every key >= it, in ascending position order: the warps'
+  // counts scanned in warp order, then within a warp r by r, lanes in order.
   int mine = 0;
   each([&](int, unsigned long long kk, bool valid) { mine += valid && kk >= prefix; });
-  int total = 0;
-  int at = block_scan(mine, scan, total);
-  each([&](int r, unsigned long long kk, bool valid) {
-    if (valid && kk >= prefix) out[at++] = j0 + r;
+  for (int o = 16; o > 0; o >>= 1) mine += __shfl_xor_sync(0xffffffffu, mine, o);
+  if (lane == 0) warp_at[warp] = mine;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int v = lane < kTopkWarps ? warp_at[lane] : 0;
+    int incl = v;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int u = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += u;
+    }
+    if (lane < kTopkWarps) warp_at[lane] = incl - v;
+    if (lane == 31) warp_at[kTopkWarps] = incl;
+  }
+  __syncthreads();
+  int at = warp_at[warp];
+  const int total = warp_at[kTopkWarps];
+  const unsigned int below = (1u << lane) - 1u;
+  each([&](int j, unsigned long long kk, bool valid) {
+    const bool take = valid && kk >= prefix;
+    const unsigned int ballot = __ballot_sync(0xffffffffu, take);
+    if (take) out[at + __popc(ballot & below)] = j;
+    at += __popc(ballot);
   });
   for (int j = total + threadIdx.x; j < K; j += blockDim.x) out[j] = -1;
 }
@@ -588,6 +629,7 @@ template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
     mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys, bool vec,
                int* topk_trace) {
+  stream_order();
   const int t = blockIdx.x, k = blockIdx.y * kMqaGatherRows + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (k >= d.K) return;
@@ -624,6 +666,7 @@ constexpr int kMqaSoftmaxRegs = 8;  // K = 2048 over 256 threads
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
     mqa_softmax(Dims d, const int* topk, const float* z, S* p, float* ml) {
+  stream_order();
   __shared__ float sh[32];
   const int t = blockIdx.x, h = blockIdx.y;
   const long long th = static_cast<long long>(t) * d.H + h, row_at = th * d.K;
@@ -667,6 +710,7 @@ __global__ void __launch_bounds__(kMqaThreads)
 template <class S>
 __global__ void mqa_finish(Dims d, const float* acc, const float* ml, S* olat, S* olat_trace,
                            float* lse) {
+  stream_order();
   const long long th = static_cast<long long>(blockIdx.x) * d.H + blockIdx.y;
   const float l = ml[2 * th + 1];
   for (int c = threadIdx.x; c < d.L; c += blockDim.x) {
@@ -692,14 +736,17 @@ template <class S>
 __global__ void __launch_bounds__(kUvThreads)
     uv_bmm(Dims d, int rows, const S* olat, const S* w_kv_b, S* o) {
   const int h = blockIdx.x, e = blockIdx.y * kUvOuts + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (e >= d.dv) return;
-  const S* wr = w_kv_b + (static_cast<long long>(h) * (d.dn + d.dv) + d.dn + e) * d.L;
+  // The warp's W_UV row into registers before waiting on the kernel ahead (weights: constant).
+  const bool live = e < d.dv;
+  const S* wr = w_kv_b + (static_cast<long long>(h) * (d.dn + d.dv) + d.dn + (live ? e : 0)) * d.L;
   float wreg[kUvRegs];
 #pragma unroll
   for (int j = 0; j < kUvRegs; ++j) {
     const int i = lane + 32 * j;
-    wreg[j] = i < d.L ? ld(wr[i]) : 0.f;
+    wreg[j] = live && i < d.L ? ld(wr[i]) : 0.f;
   }
+  stream_order();
+  if (!live) return;
   for (int r = blockIdx.z; r < rows; r += gridDim.z) {
     const S* x = olat + (static_cast<long long>(r) * d.H + h) * d.L;
     float a = 0.f;
@@ -733,16 +780,24 @@ constexpr int kGemvWarps = kGemvThreads / 32;
 constexpr int kGemvOuts = 4;
 constexpr int kGemvMaxRows = 4;
 
-/// Warps sharing one group of outputs: 1, 2, 4 or 8, about one per 1536 values of k.
-__host__ __device__ inline int gemv_ksplit(int k) {
+/// Warps sharing one group of outputs: 1, 2, 4 or 8, about one per 1536 values of k, and more
+/// (up to 8, at least 512 values each) where fewer blocks than `sms` would stream the weights
+/// otherwise (indexer_wk_proj's 192 outputs: 24 blocks at ksplit 4). `batch`: independent
+/// products in the grid (uv_proj's heads). Depends on the weight's shape and the device only.
+__host__ __device__ inline int gemv_ksplit(int n, int k, int sms, int batch = 1) {
   int s = 1;
   while (s < kGemvWarps && (s * 2) * 1536 <= k) s *= 2;
+  const auto blocks = [&](int ks) {
+    const int per = kGemvOuts * (kGemvWarps / ks);
+    return static_cast<long long>(batch) * ((n + per - 1) / per);
+  };
+  while (s < kGemvWarps && s * 2 * 512 <= k && blocks(s) < sms) s *= 2;
   return s;
 }
 
+/// The values of a 16-byte piece of S.
 template <class S>
-__device__ __forceinline__ void load16(const S* p, float* out) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack16(const uint4& u, float* out) {
   if constexpr (sizeof(S) == 4) {
     out[0] = __uint_as_float(u.x), out[1] = __uint_as_float(u.y);
     out[2] = __uint_as_float(u.z), out[3] = __uint_as_float(u.w);
@@ -756,13 +811,25 @@ __device__ __forceinline__ void load16(const S* p, float* out) {
   }
 }
 
+/// A lane's weight pieces loaded together before any is used (the loads of kGemvBatch
+/// iterations x kGemvOuts rows in flight at once; a loop that loads and uses a piece at a time
+/// left a cold 30 MB weight streaming at half the bandwidth).
+constexpr int kGemvBatch = 4;
+
+/// Grid (ceil(n / (kGemvOuts kGemvWarps / ksplit)), batch): product b reads x + b xs, w + b ws
+/// and writes y + b ys.
 template <class S, int R>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv(const S* x, int ldx, const S* w, S* y, int ldy, int n, int k, int ksplit) {
+    gemv(const S* x, int ldx, long long xs, const S* w, long long ws, S* y, int ldy,
+         long long ys, int n, int k, int ksplit) {
   constexpr int V = 16 / sizeof(S);
   __shared__ float part[kGemvWarps][R][kGemvOuts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / ksplit, q = warp % ksplit, groups = kGemvWarps / ksplit;
+  x += blockIdx.y * xs;
+  w += blockIdx.y * ws;
+  y += blockIdx.y * ys;
+  stream_order();
   const int n0 = (blockIdx.x * groups + group) * kGemvOuts;
   const int nvec = k / V, v0 = nvec * q / ksplit, v1 = nvec * (q + 1) / ksplit;
   float acc[R][kGemvOuts];
@@ -771,20 +838,35 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
     for (int o = 0; o < kGemvOuts; ++o) acc[r][o] = 0.f;
   if (n0 < n) {
-#pragma unroll 2
-    for (int v = v0 + lane; v < v1; v += 32) {
-      float xv[R][V];
+    for (int vb = v0 + lane; vb < v1; vb += 32 * kGemvBatch) {
+      uint4 wq[kGemvBatch][kGemvOuts];
 #pragma unroll
-      for (int r = 0; r < R; ++r) load16(x + static_cast<long long>(r) * ldx + v * V, xv[r]);
+      for (int u = 0; u < kGemvBatch; ++u)
 #pragma unroll
-      for (int o = 0; o < kGemvOuts; ++o) {
-        if (n0 + o >= n) break;
-        float wv[V];
-        load16(w + static_cast<long long>(n0 + o) * k + v * V, wv);
+        for (int o = 0; o < kGemvOuts; ++o) {
+          const int v = vb + 32 * u;
+          wq[u][o] = v < v1 && n0 + o < n
+                         ? __ldg(reinterpret_cast<const uint4*>(w + static_cast<long long>(n0 + o) * k) + v)
+                         : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+      for (int u = 0; u < kGemvBatch; ++u) {
+        const int v = vb + 32 * u;
+        if (v >= v1) break;
+        float xv[R][V];
 #pragma unroll
         for (int r = 0; r < R; ++r)
+          unpack16<S>(*reinterpret_cast<const uint4*>(x + static_cast<long long>(r) * ldx + v * V),
+                      xv[r]);
 #pragma unroll
-          for (int j = 0; j < V; ++j) acc[r][o] = fmaf(xv[r][j], wv[j], acc[r][o]);
+        for (int o = 0; o < kGemvOuts; ++o) {
+          float wv[V];
+          unpack16<S>(wq[u][o], wv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int j = 0; j < V; ++j) acc[r][o] = fmaf(xv[r][j], wv[j], acc[r][o]);
+        }
       }
     }
   }
@@ -858,6 +940,7 @@ __global__ void synthesize(Dims d, const int* table, int ctx, KvCache<S> cache, 
 /// residual_add: h = S(h + y) over T rows.
 template <class S>
 __global__ void residual_add(S* h, const S* y, long long n) {
+  stream_order();
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) h[i] = st<S>(ld(h[i]) + ld(y[i]));
 }
@@ -866,6 +949,7 @@ __global__ void residual_add(S* h, const S* y, long long n) {
 /// accumulator in rank order, every rank the same bits (parts: `ranks` gathered blocks of n).
 template <class S>
 __global__ void sum_ranks(const S* parts, int ranks, long long n, S* y) {
+  stream_order();
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float acc = 0.f;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -24,6 +25,13 @@ using detail::DeviceBuffer;
 void check_blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw CudaError(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+
+/// Programmatic dependent launch of the ops' kernels: on unless DSV32_PDL=0 (for A/B timing
+/// and for ruling it out when a result looks wrong; docs/DECISIONS.md, "PDL").
+bool pdl_enabled() {
+  const char* v = std::getenv("DSV32_PDL");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 template <class S>
@@ -532,6 +540,46 @@ class StackImpl final : public Stack::Impl {
           "rope table");
   }
 
+  /// Launches one of the ops' kernels on stream s, with programmatic stream serialization
+  /// unless DSV32_PDL=0 (k::stream_order; docs/DECISIONS.md, "PDL"). `what` names the op in
+  /// the error.
+  template <class... P, class... A>
+  void launch(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem,
+              cudaStream_t s, A&&... args) {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c{};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = s;
+    c.attrs = &attr;
+    c.numAttrs = pdl_ ? 1 : 0;
+    check(cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...), what);
+  }
+
+  /// k::gemv over `batch` products (product b: x + b xs, w + b ws, y + b ys).
+  void gemv(const S* x, int ldx, long long xs, const S* w, long long ws, S* y, int ldy,
+            long long ys, int batch, int rows, int n, int kdim, const char* op,
+            cudaStream_t s = nullptr) {
+    const int ksplit = k::gemv_ksplit(n, kdim, sms_, batch);
+    const int per_block = k::kGemvOuts * (k::kGemvWarps / ksplit);
+    const dim3 grid(static_cast<unsigned>((n + per_block - 1) / per_block),
+                    static_cast<unsigned>(batch));
+    const auto go = [&](auto kernel) {
+      launch(op, kernel, grid, k::kGemvThreads, 0, s ? s : stream_, x, ldx, xs, w, ws, y, ldy, ys,
+             n, kdim, ksplit);
+    };
+    static_assert(k::kGemvMaxRows == 4, "one instantiation per row count");
+    switch (rows) {
+      case 1: go(k::gemv<S, 1>); break;
+      case 2: go(k::gemv<S, 2>); break;
+      case 3: go(k::gemv<S, 3>); break;
+      default: go(k::gemv<S, 4>); break;
+    }
+  }
+
   /// Y (rows x n) = X (rows x k, row stride ldx) * W^T, W (n x k) row-major: decode batches of
   /// up to k::kGemvMaxRows rows through k::gemv (the choice depends on the capture size only),
   /// larger ones and the shapes where cuBLAS is faster through cuBLAS (at 8 rows gemv was 2-6x
@@ -539,19 +587,7 @@ class StackImpl final : public Stack::Impl {
   void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
             const char* op) {
     if (k::gemv_fits<S>(rows, n, x, ldx, w, kdim)) {
-      const int ksplit = k::gemv_ksplit(kdim);
-      const int per_block = k::kGemvOuts * (k::kGemvWarps / ksplit);
-      const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
-      const auto launch = [&](auto kernel) {
-        kernel<<<blocks, k::kGemvThreads, 0, stream_>>>(x, ldx, w, y, ldy, n, kdim, ksplit);
-      };
-      static_assert(k::kGemvMaxRows == 4, "one instantiation per row count");
-      switch (rows) {
-        case 1: launch(k::gemv<S, 1>); break;
-        case 2: launch(k::gemv<S, 2>); break;
-        case 3: launch(k::gemv<S, 3>); break;
-        default: launch(k::gemv<S, 4>); break;
-      }
+      gemv(x, ldx, 0, w, 0, y, ldy, 0, 1, rows, n, kdim, op);
       check(cudaGetLastError(), op);
       return;
     }
@@ -560,6 +596,24 @@ class StackImpl final : public Stack::Impl {
                             kdim, x, cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy,
                             compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                op);
+  }
+
+  /// uv_proj's product below capture size kUvGemmRows, over `rows` rows: at capture sizes up
+  /// to k::kGemvMaxRows a batched k::gemv over the heads (W_UV[h] read once in 16-byte pieces;
+  /// uv_bmm's 2-byte loads left it at 2.2-3x its floor), else uv_bmm. Chosen by the capture size
+  /// (not `rows`), so the copy form (T rows) and the no-copy form (T_a rows) run the same
+  /// kernel; neither kernel's row depends on the row count, so their shared rows agree bitwise.
+  void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s) {
+    const k::Dims d = dims();
+    const S* w_uv = layers_[l].w_kv_b->get() + static_cast<long long>(d.dn) * d.L;
+    if (T_ <= k::kGemvMaxRows && k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv, d.L) &&
+        (static_cast<long long>(d.dn) * d.L) % (16 / sizeof(S)) == 0) {
+      gemv(olat, d.H * d.L, d.L, w_uv, static_cast<long long>(d.dn + d.dv) * d.L, out, d.H * d.dv,
+           d.dv, d.H, rows, d.dv, d.L, "uv_proj", s);
+      return;
+    }
+    launch("uv_proj", k::uv_bmm<S>, k::uv_grid(d, rows), k::kUvThreads, 0, s, d, rows, olat,
+           layers_[l].w_kv_b->get(), out);
   }
 
   /// uv_proj's product from capture size kUvGemmRows on: o[t, h, :] = olat[t, h, :] W_UV[h]^T
@@ -591,8 +645,8 @@ class StackImpl final : public Stack::Impl {
     const int T = T_, Ta = Ta_, H = d.H, L = d.L, dq = d.dn + d.dr, dkv = d.dn + d.dv;
     const float one = 1.f, zero = 0.f;
     if (op == "input_norm") {
-      k::rmsnorm<S><<<T, k::kNormThreads, 0, stream_>>>(h_->get(), d.D, w.g_in->get(),
-                                                        w.x->get(), d.D, d.D, d.eps);
+      launch(op.c_str(), k::rmsnorm<S>, T, k::kNormThreads, 0, stream_, h_->get(), d.D,
+             w.g_in->get(), w.x->get(), d.D, d.D, d.eps);
     } else if (op == "qkv_a_proj") {
       gemm(w.x->get(), d.D, w.w_qkv_a->get(), w.qkv->get(), d.Rq + L + d.dr, T, d.Rq + L + d.dr,
            d.D, "qkv_a_proj");
@@ -603,35 +657,34 @@ class StackImpl final : public Stack::Impl {
       // F layers clear the shared top-k rows; the mutants skip it or clear in S layers too.
       const bool full = cfg.is_full_layer(l);
       const bool clear = full ? mutant_ != "no-topk-clear" : mutant_ == "shared-layer-clears";
-      k::norm_rope_cache<S><<<dim3(T, 4), k::kNormRopeThreads,
-                              (std::max(L, 128) + 32) * sizeof(float), stream_>>>(
-          d, m, w.qkv->get(), w.g_q->get(), w.q_c->get(), w.g_kv->get(), w.kv, w.kR->get(), full,
-          full ? w.kw->get() : nullptr, full ? w.ig_k->get() : nullptr,
-          full ? w.ib_k->get() : nullptr, w.index, w.k8->get(), w.kscale->get(), clear,
-          topk_->get());
+      launch(op.c_str(), k::norm_rope_cache<S>, dim3(T, 4), k::kNormRopeThreads,
+             (std::max(L, 128) + 32) * sizeof(float), stream_, d, m, w.qkv->get(), w.g_q->get(),
+             w.q_c->get(), w.g_kv->get(), w.kv, w.kR->get(), full, full ? w.kw->get() : nullptr,
+             full ? w.ig_k->get() : nullptr, full ? w.ib_k->get() : nullptr, w.index, w.k8->get(),
+             w.kscale->get(), clear, topk_->get());
     } else if (op == "q_b_proj") {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
       // ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads, into qpack's ql part
       check_blas(cublasGemmStridedBatchedEx(
                      blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
-                     cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(),
-                     cuda_type<S>(), H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(),
-                     H * (L + d.dr), L + d.dr, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                     cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(),
+                     H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(), H * (L + d.dr), L + d.dr, H,
+                     compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                  "uk_absorb");
     } else if (op == "indexer_wq_b") {
       gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
            "indexer_wq_b");
     } else if (op == "fused_q") {
       const int Wq = L + d.dr;  // qpack's per-head stride; qR at offset L
-      k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(
-          d, m, w.q->get(), dq, d.dn, w.qpack->get(), Wq, L);
+      launch(op.c_str(), k::q_rope<S>, k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_, d, m,
+             w.q->get(), dq, d.dn, w.qpack->get(), Wq, L);
       if (mutant_ == "double-rope")  // the rotation again, in place on qR
-        k::q_rope<S><<<k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_>>>(
-            d, m, w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
+        launch(op.c_str(), k::q_rope<S>, k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_, d, m,
+               w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
       if (cfg.is_full_layer(l))
-        k::index_q<S><<<dim3(T, d.HI), 128, 0, stream_>>>(
-            d, m, w.qI->get(), w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
+        launch(op.c_str(), k::index_q<S>, dim3(T, d.HI), 128, 0, stream_, d, m, w.qI->get(),
+               w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
     } else if (op == "indexer_topk") {
       // Short-prefill shortcut: when every context fits in K the sets are 0..p and the scores
       // are not needed (topk_select then takes its short path on every row, bit for bit). The
@@ -648,15 +701,16 @@ class StackImpl final : public Stack::Impl {
           // A thread per key once the keys alone fill the SMs; else per (key, head group).
           // Both sum in the same order: a score's bits do not depend on the choice.
           if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
-            k::index_scores_keys<<<dim3(Ta, (longest_ + 127) / 128), k::kIdxKeyThreads,
-                                   k::index_scores_smem(d), stream_>>>(
-                d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
+            launch(op.c_str(), k::index_scores_keys, dim3(Ta, (longest_ + 127) / 128),
+                   k::kIdxKeyThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
+                   w.omega->get(), w.index, scores_->get(), max_len_);
           else
-            k::index_scores_grouped<<<dim3(Ta, (longest_ + 31) / 32), k::kIdxThreads,
-                                      k::index_scores_smem(d), stream_>>>(
-                d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_);
+            launch(op.c_str(), k::index_scores_grouped, dim3(Ta, (longest_ + 31) / 32),
+                   k::kIdxThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
+                   w.omega->get(), w.index, scores_->get(), max_len_);
         }
-        k::topk_select<<<Ta, k::kTopkThreads, 0, stream_>>>(d, m, scores_->get(), max_len_, topk_->get());
+        launch(op.c_str(), k::topk_select, Ta, k::kTopkThreads, 0, stream_, d, m, scores_->get(),
+               max_len_, topk_->get());
       }
     } else if (op == "sparse_mqa") {
       // The backend returns its output in a buffer it owns; the address rotates call to call.
@@ -668,10 +722,10 @@ class StackImpl final : public Stack::Impl {
       if (Ta > 0) {
         const int W = L + d.dr;
         const long long HK = static_cast<long long>(H) * d.K;
-        k::mqa_gather<S><<<dim3(Ta, (d.K + k::kMqaGatherRows - 1) / k::kMqaGatherRows),
-                           k::kMqaThreads, 0, stream_>>>(
-            d, m, w.kv, topk_->get(), mqa_keys_->get(),
-            (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0, w.topk_trace->get());
+        launch(op.c_str(), k::mqa_gather<S>,
+               dim3(Ta, (d.K + k::kMqaGatherRows - 1) / k::kMqaGatherRows), k::kMqaThreads, 0,
+               stream_, d, m, w.kv, topk_->get(), mqa_keys_->get(),
+               (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0, w.topk_trace->get());
         // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr
         // (cuBLAS is column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major
         // view and qpack_t a W x H one).
@@ -690,15 +744,15 @@ class StackImpl final : public Stack::Impl {
         const long long key_stride = static_cast<long long>(d.K) * W;
         batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,
                 static_cast<long long>(H) * W, &zero, mqa_z_->get(), d.K, HK, "sparse_mqa scores");
-        k::mqa_softmax<S><<<dim3(Ta, H), k::kMqaThreads, 0, stream_>>>(
-            d, topk_->get(), mqa_z_->get(), mqa_p_->get(), mqa_ml_->get());
+        launch(op.c_str(), k::mqa_softmax<S>, dim3(Ta, H), k::kMqaThreads, 0, stream_, d,
+               topk_->get(), mqa_z_->get(), mqa_p_->get(), mqa_ml_->get());
         // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
         batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
                 mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
         // The gather and the finish also write the trace copies (not part of the op's contract):
         // this layer's sets and latent.
-        k::mqa_finish<S><<<dim3(Ta, H), 128, 0, stream_>>>(d, mqa_acc_->get(), mqa_ml_->get(), olat,
-                                                            w.olat_trace->get(), w.lse->get());
+        launch(op.c_str(), k::mqa_finish<S>, dim3(Ta, H), 128, 0, stream_, d, mqa_acc_->get(),
+               mqa_ml_->get(), olat, w.olat_trace->get(), w.lse->get());
       }
     } else if (op == "uv_proj") {  // no-copy form: backend rows [0, T_a) into o
       S* out = w.o->get();
@@ -717,8 +771,7 @@ class StackImpl final : public Stack::Impl {
                                 cudaMemcpyDeviceToDevice, s),
                 "uv_proj");
         } else {
-          k::uv_bmm<S><<<k::uv_grid(d, Ta), k::kUvThreads, 0, s>>>(d, Ta, backend_olat_,
-                                                                   w.w_kv_b->get(), out);
+          uv_small(l, Ta, backend_olat_, out, s);
         }
       }
     } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
@@ -731,8 +784,7 @@ class StackImpl final : public Stack::Impl {
       if (T >= kUvGemmRows)
         uv_gemm(l, w.olat_static->get(), w.o->get(), stream_);
       else
-        k::uv_bmm<S><<<k::uv_grid(d, T), k::kUvThreads, 0, stream_>>>(
-            d, T, w.olat_static->get(), w.w_kv_b->get(), w.o->get());
+        uv_small(l, T, w.olat_static->get(), w.o->get(), stream_);
     } else if (op == "o_proj") {
       // Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph
       // bakes the pointer it had at capture.
@@ -742,13 +794,13 @@ class StackImpl final : public Stack::Impl {
       if (gather_) {
         const long long n = static_cast<long long>(T) * d.D;
         gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), stream_);
-        k::sum_ranks<S><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(
-            parts_->get(), gather_->ranks(), n, w.y->get());
+        launch(op.c_str(), k::sum_ranks<S>, static_cast<unsigned>((n + 255) / 256), 256, 0, stream_,
+               parts_->get(), gather_->ranks(), n, w.y->get());
       }
     } else if (op == "residual_add") {
       const long long n = static_cast<long long>(T) * d.D;
-      k::residual_add<S>
-          <<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(h_->get(), w.y->get(), n);
+      launch(op.c_str(), k::residual_add<S>, static_cast<unsigned>((n + 255) / 256), 256, 0,
+             stream_, h_->get(), w.y->get(), n);
     } else {
       throw PlanError("unknown op '" + op + "'");
     }
@@ -848,6 +900,7 @@ class StackImpl final : public Stack::Impl {
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
+  const bool pdl_ = pdl_enabled();
   int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, sms_ = 1;
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   std::string mutant_;

@@ -286,7 +286,7 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
 }
 
 CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tensor& t1,
-                                std::int64_t tile) {
+                                std::int64_t tile, double rel) {
   CompareResult r = measure(got, t0, 0.0, "one e4m3 quantum at tile scale + 2 * tile T1 spread");
   if (r.refused) return r;
   if (t1.shape != t0.shape || t0.shape.size() != 2 || tile < 1) {
@@ -312,7 +312,8 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
       for (std::int64_t c = c0; c < c1; ++c) {
         const std::int64_t k = row * cols + c;
         const double g = got.data[k], w = t0.data[k];
-        count_in_quanta(r, k, g, w, e4m3_quantum(std::fabs(w) / scale) * scale, 2 * spread);
+        const double q = e4m3_quantum(std::fabs(w) / scale) * scale;
+        count_in_quanta(r, k, g, w, q, 2 * spread + rel * (std::fabs(w) + q));
       }
     }
   r.tol = 1.0;  // max_err is in quanta
