@@ -61,13 +61,42 @@ __device__ __forceinline__ void rmsnorm_row(const S* x, const S* g, S* y, int n,
   for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
 }
 
+/// input_norm: rmsnorm_row's arithmetic in the same order, with the weights' first
+/// kNormRegs values a thread read into registers before waiting on the kernel ahead (weights are
+/// constant) and the row's loaded together.
+constexpr int kNormRegs = 8;  // D = 7168 over 1024 threads
 template <class S>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
+  float gr[kNormRegs];
+#pragma unroll
+  for (int j = 0; j < kNormRegs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    gr[j] = i < n ? ld(g[i]) : 0.f;
+  }
   stream_order();
   __shared__ float sh[32];
-  rmsnorm_row(in + static_cast<long long>(blockIdx.x) * in_ld, g,
-              out + static_cast<long long>(blockIdx.x) * out_ld, n, eps, sh);
+  const S* x = in + static_cast<long long>(blockIdx.x) * in_ld;
+  S* y = out + static_cast<long long>(blockIdx.x) * out_ld;
+  float xr[kNormRegs];
+#pragma unroll
+  for (int j = 0; j < kNormRegs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    xr[j] = i < n ? ld(x[i]) : 0.f;
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kNormRegs; ++j)
+    if (threadIdx.x + j * blockDim.x < n) ss += xr[j] * xr[j];
+  for (int i = threadIdx.x + kNormRegs * blockDim.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
+  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int j = 0; j < kNormRegs; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n) y[i] = st<S>(xr[j] * inv * gr[j]);
+  }
+  for (int i = threadIdx.x + kNormRegs * blockDim.x; i < n; i += blockDim.x)
+    y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
 }
 
 /// norm_rope_cache, MLA part: c = RMSNorm(ckv) * g_kv, kR = rope(kpe_raw); cache insert at the
@@ -225,17 +254,12 @@ __global__ void __launch_bounds__(kNormRopeThreads)
 
 /// fused_q, MLA part: qR = S(rope(q's rope part)) for every head: the dr values of (token t,
 /// head h) at src + (t H + h) src_stride + src_off go rotated to dst + (t H + h) dst_stride +
-/// dst_off (in place allowed). A thread per (head, pair); grid (T, ceil(H dr / 2 /
-/// kQRopeThreads)).
-constexpr int kQRopeThreads = 256;
-
+/// dst_off (in place allowed). Pair w = h dr / 2 + i of token t.
 template <class S>
-__global__ void __launch_bounds__(kQRopeThreads)
-    q_rope(Dims d, Meta m, const S* src, int src_stride, int src_off, S* dst, int dst_stride,
-           int dst_off) {
-  stream_order();
-  const int t = blockIdx.x, p = m.positions[t], half = d.dr / 2;
-  const int w = blockIdx.y * blockDim.x + threadIdx.x;
+__device__ __forceinline__ void q_rope_pair(const Dims& d, const Meta& m, int t, int w,
+                                            const S* src, int src_stride, int src_off, S* dst,
+                                            int dst_stride, int dst_off) {
+  const int p = m.positions[t], half = d.dr / 2;
   if (w >= d.H * half) return;
   const int h = w / half, i = w % half;
   const long long th = static_cast<long long>(t) * d.H + h;
@@ -248,20 +272,14 @@ __global__ void __launch_bounds__(kQRopeThreads)
   to[2 * i + 1] = st<S>(b);
 }
 
-inline dim3 q_rope_grid(const Dims& d, int T) {
-  const int pairs = d.H * (d.dr / 2);
-  return dim3(T, (pairs + kQRopeThreads - 1) / kQRopeThreads);
-}
-
-/// fused_q, indexer part (F layers): per (token, head) rotate and quantize qI; omega =
-/// w * qscale * dI^-1/2 * HI^-1/2. Grid (T, HI), 128 threads.
+/// fused_q, indexer part (F layers), head h of token t: rotate and quantize qI; omega = w *
+/// qscale * dI^-1/2 * HI^-1/2. A block of 128 threads; `v` 128 and `sh` 32 floats of shared
+/// memory.
 template <class S>
-__global__ void index_q(Dims d, Meta m, const S* qI, const S* kw, std::uint8_t* q8, float* qscale,
-                        float* omega) {
-  stream_order();
-  __shared__ float v[128];
-  __shared__ float sh[32];
-  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+__device__ __forceinline__ void index_q_head(const Dims& d, const Meta& m, int t, int h,
+                                             const S* qI, const S* kw, std::uint8_t* q8,
+                                             float* qscale, float* omega, float* v, float* sh) {
+  const int i = threadIdx.x;
   const long long row = static_cast<long long>(t) * d.HI + h;
   v[i] = ld(qI[row * 128 + i]);
   rotate_quantize(d, m, v, sh, m.positions[t], q8 + row * 128, qscale + row);
@@ -269,6 +287,40 @@ __global__ void index_q(Dims d, Meta m, const S* qI, const S* kw, std::uint8_t* 
   if (i == 0)
     omega[row] =
         ld(kw[static_cast<long long>(t) * (d.dI + d.HI) + d.dI + h]) * qscale[row] * d.head_norm;
+}
+
+/// fused_q as one launch: grid (T, q_rope_blocks(d) + (F layer ? HI : 0)), kFusedQThreads
+/// threads; blocks y < q_rope_blocks(d) rotate qR (a thread per (head, pair)), the others
+/// quantize indexer head y - q_rope_blocks(d). The parts touch disjoint data.
+constexpr int kFusedQThreads = 128;  // index_q_head's vector: a thread per dimension
+__host__ __device__ inline int q_rope_blocks(const Dims& d) {
+  return (d.H * (d.dr / 2) + kFusedQThreads - 1) / kFusedQThreads;
+}
+template <class S>
+__global__ void __launch_bounds__(kFusedQThreads)
+    fused_q(Dims d, Meta m, const S* q, int q_stride, int q_off, S* qpack, int qpack_stride,
+            int qpack_off, const S* qI, const S* kw, std::uint8_t* q8, float* qscale,
+            float* omega) {
+  stream_order();
+  __shared__ float v[128];
+  __shared__ float sh[32];
+  const int t = blockIdx.x, y = blockIdx.y, nrope = q_rope_blocks(d);
+  if (y < nrope)
+    q_rope_pair(d, m, t, y * kFusedQThreads + threadIdx.x, q, q_stride, q_off, qpack,
+                qpack_stride, qpack_off);
+  else
+    index_q_head(d, m, t, y - nrope, qI, kw, q8, qscale, omega, v, sh);
+}
+
+/// q_rope alone (mutant double-rope: the rotation again, in place). Grid (T, q_rope_blocks(d)),
+/// kFusedQThreads threads.
+template <class S>
+__global__ void __launch_bounds__(kFusedQThreads)
+    q_rope(Dims d, Meta m, const S* src, int src_stride, int src_off, S* dst, int dst_stride,
+           int dst_off) {
+  stream_order();
+  q_rope_pair(d, m, blockIdx.x, blockIdx.y * kFusedQThreads + threadIdx.x, src, src_stride,
+              src_off, dst, dst_stride, dst_off);
 }
 
 __device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r, int pos) {
@@ -289,6 +341,7 @@ constexpr int kIdxGroups = 8;
 constexpr int kIdxChunk = 8;  // heads of one group whose dots run together
 constexpr int kIdxThreads = 32 * kIdxGroups;
 constexpr int kIdxKeyThreads = 128;
+constexpr int kIdxBlockKeys = 64;  // keys of an index_scores_grouped block: two a thread
 
 /// Chunks per group: ceil(ceil(HI / kIdxGroups) / kIdxChunk).
 __host__ __device__ inline int index_chunks(const Dims& d) {
@@ -300,7 +353,8 @@ __host__ __device__ inline int index_q_floats(const Dims& d) {
 }
 __host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
   return sizeof(float) *
-         (static_cast<std::size_t>(index_q_floats(d)) + d.HI + 32 * (129 + kIdxGroups + 1));
+         (static_cast<std::size_t>(index_q_floats(d)) + d.HI +
+          kIdxBlockKeys * (129 + kIdxGroups + 1));
 }
 
 /// Stages the token's q8 codes (as floats; 0 for the padding heads h >= HI) and omegas in
@@ -352,58 +406,70 @@ __device__ __forceinline__ void decode16(const std::uint8_t* codes, float* out) 
     out[q] = e4m3_to_float(static_cast<std::uint8_t>(words[q / 4] >> (8 * (q % 4))));
 }
 
-/// Group g's sum over its heads for one key whose 128 code values `key(i)` returns: chunk by
-/// chunk, kIdxChunk dots at once, each sequential over i; then acc = fma(omega_h, relu(dot_h),
-/// acc) in ascending head order. kUnroll: 128 where the key is in registers (indexed statically).
-template <int kUnroll, class Key>
-__device__ __forceinline__ float index_group_sum(const Dims& d, const float* sq, int g, Key key) {
+/// Group g's sums over its heads for NK keys whose 128 code values `key(kk, i)` returns: chunk
+/// by chunk, kIdxChunk dots per key at once (the query's two 16-byte loads of a dimension serve
+/// all NK keys), each sequential over i; then acc = fma(omega_h, relu(dot_h), acc) in ascending
+/// head order. kUnroll: 128 where the key is in registers (indexed statically).
+template <int NK, int kUnroll, class Key>
+__device__ __forceinline__ void index_group_sums(const Dims& d, const float* sq, int g, Key key,
+                                                 float (&acc)[NK]) {
   const int C = index_chunks(d);
   const float* om = sq + index_q_floats(d);
-  float acc = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < NK; ++kk) acc[kk] = 0.f;
   for (int c = 0; c < C; ++c) {
     const float4* qc = reinterpret_cast<const float4*>(sq + (g * C + c) * 128 * kIdxChunk);
-    float dot[kIdxChunk];
+    float dot[NK][kIdxChunk];
 #pragma unroll
-    for (int u = 0; u < kIdxChunk; ++u) dot[u] = 0.f;
+    for (int kk = 0; kk < NK; ++kk)
+#pragma unroll
+      for (int u = 0; u < kIdxChunk; ++u) dot[kk][u] = 0.f;
 #pragma unroll kUnroll
     for (int i = 0; i < 128; ++i) {
-      const float kv = key(i);
       const float4 a = qc[2 * i], b = qc[2 * i + 1];
-      dot[0] = fmaf(a.x, kv, dot[0]);
-      dot[1] = fmaf(a.y, kv, dot[1]);
-      dot[2] = fmaf(a.z, kv, dot[2]);
-      dot[3] = fmaf(a.w, kv, dot[3]);
-      dot[4] = fmaf(b.x, kv, dot[4]);
-      dot[5] = fmaf(b.y, kv, dot[5]);
-      dot[6] = fmaf(b.z, kv, dot[6]);
-      dot[7] = fmaf(b.w, kv, dot[7]);
+#pragma unroll
+      for (int kk = 0; kk < NK; ++kk) {
+        const float kv = key(kk, i);
+        dot[kk][0] = fmaf(a.x, kv, dot[kk][0]);
+        dot[kk][1] = fmaf(a.y, kv, dot[kk][1]);
+        dot[kk][2] = fmaf(a.z, kv, dot[kk][2]);
+        dot[kk][3] = fmaf(a.w, kv, dot[kk][3]);
+        dot[kk][4] = fmaf(b.x, kv, dot[kk][4]);
+        dot[kk][5] = fmaf(b.y, kv, dot[kk][5]);
+        dot[kk][6] = fmaf(b.z, kv, dot[kk][6]);
+        dot[kk][7] = fmaf(b.w, kv, dot[kk][7]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kIdxChunk; ++u) {
       const int h = g + kIdxGroups * (c * kIdxChunk + u);
-      if (h < d.HI) acc = fmaf(om[h], fmaxf(dot[u], 0.f), acc);
+#pragma unroll
+      for (int kk = 0; kk < NK; ++kk)
+        if (h < d.HI) acc[kk] = fmaf(om[h], fmaxf(dot[kk][u], 0.f), acc[kk]);
     }
   }
-  return acc;
 }
 static_assert(kIdxChunk == 8, "index_group_sum unrolls two float4 per dimension");
 
-/// 32 keys of one token a block; thread (lane, group g) = (tid % 32, tid / 32); key codes
-/// staged in shared memory (rows padded to 129 floats: no bank conflicts). Grid (T_a,
-/// ceil(len / 32)), 256 threads.
+/// kIdxBlockKeys keys of one token a block; thread (lane, group g) = (tid % 32, tid / 32) sums
+/// group g for keys lane and lane + 32 (two keys a thread: each query load serves two dots, and
+/// shared-memory reads, not FMAs, bounded this kernel); key codes staged in shared memory (rows
+/// padded to 129 floats: no bank conflicts), their scales read with them. Grid (T_a, ceil(len /
+/// kIdxBlockKeys)), 256 threads.
 __global__ void __launch_bounds__(kIdxThreads)
     index_scores_grouped(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
                          IndexCache cache, float* scores, int ld_scores) {
   stream_order();
   extern __shared__ float4 smem4[];
+  constexpr int NB = kIdxBlockKeys;
   float* sq = reinterpret_cast<float*>(smem4);  // q codes, then HI omegas
-  float* keys = sq + index_q_floats(d) + d.HI;  // 32 x 129
-  float* part = keys + 32 * 129;                // kIdxGroups x 32
-  float* kscale = part + kIdxGroups * 32;       // 32: the keys' scales, read with their codes
-  const int t = blockIdx.x, j0 = blockIdx.y * 32, tid = threadIdx.x;
+  float* keys = sq + index_q_floats(d) + d.HI;  // NB x 129
+  float* part = keys + NB * 129;                // kIdxGroups x NB
+  float* kscale = part + kIdxGroups * NB;       // NB
+  const int t = blockIdx.x, j0 = blockIdx.y * NB, tid = threadIdx.x;
   const int p = m.positions[t], r = m.request_of_token[t];
   stage_index_q(d, t, q8, omega, sq);
-  for (int w = tid; w < 32 * 8; w += blockDim.x) {  // a 16-code piece of a key each
+  for (int w = tid; w < NB * 8; w += blockDim.x) {  // a 16-code piece of a key each
     const int kk = w / 8, piece = w % 8, j = j0 + kk;
     float v[16];
     if (j <= p) {
@@ -417,13 +483,16 @@ __global__ void __launch_bounds__(kIdxThreads)
   }
   __syncthreads();
   const int lane = tid % 32, g = tid / 32;
-  const float* key = keys + lane * 129;
-  part[g * 32 + lane] = index_group_sum<4>(d, sq, g, [&](int i) { return key[i]; });
+  float sums[2];
+  index_group_sums<2, 4>(d, sq, g, [&](int kk, int i) { return keys[(lane + 32 * kk) * 129 + i]; },
+                         sums);
+  part[g * NB + lane] = sums[0];
+  part[g * NB + lane + 32] = sums[1];
   __syncthreads();
   const int j = j0 + tid;
-  if (tid < 32 && j <= p) {
+  if (tid < NB && j <= p) {
     float total = 0.f;
-    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * 32 + tid];
+    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * NB + tid];
     scores[static_cast<long long>(t) * ld_scores + j] = kscale[tid] * total;
   }
 }
@@ -447,8 +516,11 @@ __global__ void __launch_bounds__(kIdxKeyThreads)
   for (int v = 0; v < 8; ++v) decode16(cache.codes + s * 128 + 16 * v, kv + 16 * v);
   float total = 0.f;
 #pragma unroll 1
-  for (int g = 0; g < kIdxGroups; ++g)
-    total += index_group_sum<128>(d, sq, g, [&](int i) { return kv[i]; });
+  for (int g = 0; g < kIdxGroups; ++g) {
+    float sum[1];
+    index_group_sums<1, 128>(d, sq, g, [&](int, int i) { return kv[i]; }, sum);
+    total += sum[0];
+  }
   scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * total;
 }
 
@@ -671,37 +743,43 @@ __global__ void __launch_bounds__(kMqaThreads)
   const int t = blockIdx.x, h = blockIdx.y;
   const long long th = static_cast<long long>(t) * d.H + h, row_at = th * d.K;
   const int* row = topk + static_cast<long long>(t) * d.K;
-  // Entry r of this thread: k = threadIdx.x + r blockDim.x. An invalid index reads no score
-  // (NaN stands in); `see` and `emit` test the index itself, so a NaN score stays a score.
-  const auto entry = [&](int k) { return k < d.K && row[k] >= 0 ? z[row_at + k] : NAN; };
+  // Entry r of this thread: k = threadIdx.x + r blockDim.x, its index and score loaded
+  // together (the score array is dense: an invalid index's entry exists but is not used);
+  // `see` and `emit` test the index, so a NaN score stays a score.
+  int ir[kMqaSoftmaxRegs];
   float zr[kMqaSoftmaxRegs];
 #pragma unroll
-  for (int r = 0; r < kMqaSoftmaxRegs; ++r) zr[r] = entry(threadIdx.x + r * blockDim.x);
-  float mx = -FLT_MAX, valid = 0.f;
-  const auto see = [&](int k, float v) {
-    if (k < d.K && row[k] >= 0) mx = fmaxf(mx, v), valid = 1.f;
+  for (int r = 0; r < kMqaSoftmaxRegs; ++r) {
+    const int k = threadIdx.x + r * blockDim.x;
+    ir[r] = k < d.K ? row[k] : -1;
+    zr[r] = k < d.K ? z[row_at + k] : 0.f;
+  }
+  float mx = -FLT_MAX;
+  int any = 0;
+  const auto see = [&](int j, float v) {
+    if (j >= 0) mx = fmaxf(mx, v), any = 1;
   };
 #pragma unroll
-  for (int r = 0; r < kMqaSoftmaxRegs; ++r) see(threadIdx.x + r * blockDim.x, zr[r]);
+  for (int r = 0; r < kMqaSoftmaxRegs; ++r) see(ir[r], zr[r]);
   for (int k = threadIdx.x + kMqaSoftmaxRegs * blockDim.x; k < d.K; k += blockDim.x)
-    see(k, entry(k));
+    see(row[k], z[row_at + k]);
+  const bool valid = __syncthreads_or(any);
   mx = block_max(mx, sh);
-  valid = block_max(valid, sh);
   float part = 0.f;
-  const auto emit = [&](int k, float v) {
+  const auto emit = [&](int k, int j, float v) {
     if (k >= d.K) return;
-    const float e = row[k] >= 0 ? expf(v - mx) : 0.f;
+    const float e = j >= 0 ? expf(v - mx) : 0.f;
     part += e;
     p[row_at + k] = st<S>(e);  // P in the storage precision before P.V
   };
 #pragma unroll
-  for (int r = 0; r < kMqaSoftmaxRegs; ++r) emit(threadIdx.x + r * blockDim.x, zr[r]);
+  for (int r = 0; r < kMqaSoftmaxRegs; ++r) emit(threadIdx.x + r * blockDim.x, ir[r], zr[r]);
   for (int k = threadIdx.x + kMqaSoftmaxRegs * blockDim.x; k < d.K; k += blockDim.x)
-    emit(k, entry(k));
+    emit(k, row[k], z[row_at + k]);
   const float l = block_sum(part, sh);
   if (threadIdx.x == 0) {
     ml[2 * th] = mx;
-    ml[2 * th + 1] = valid > 0.f ? l : 0.f;
+    ml[2 * th + 1] = valid ? l : 0.f;
   }
 }
 
@@ -719,51 +797,6 @@ __global__ void mqa_finish(Dims d, const float* acc, const float* ml, S* olat, S
     olat_trace[th * d.L + c] = v;
   }
   if (threadIdx.x == 0) lse[th] = l > 0.f ? ml[2 * th] + logf(l) : -INFINITY;
-}
-
-/// uv_proj / uv_proj_static: o[t, h, e] = S(sum_i olat[t, h, i] W_UV[h][e][i]), each output one
-/// warp's dot: lane l sums i = l, l + 32, ... in ascending order, then a fixed shuffle tree. A
-/// row's result therefore depends on neither the number of rows nor the grid (the no-copy form
-/// runs T_a rows, the copy form T: both must agree bitwise). A warp keeps its W_UV row in
-/// registers (up to 32 * kUvRegs latent columns; more are read as they are needed) and serves
-/// rows z, z + gridDim.z, ... Grid (H, ceil(dv / 8), min(rows, kUvRowSplit)), 256 threads.
-constexpr int kUvThreads = 256;
-constexpr int kUvOuts = kUvThreads / 32;  // outputs e per block, a warp each
-constexpr int kUvRegs = 16;
-constexpr int kUvRowSplit = 4;  // a warp serves rows/4 rows: W_UV read once per warp
-
-template <class S>
-__global__ void __launch_bounds__(kUvThreads)
-    uv_bmm(Dims d, int rows, const S* olat, const S* w_kv_b, S* o) {
-  const int h = blockIdx.x, e = blockIdx.y * kUvOuts + threadIdx.x / 32, lane = threadIdx.x % 32;
-  // The warp's W_UV row into registers before waiting on the kernel ahead (weights: constant).
-  const bool live = e < d.dv;
-  const S* wr = w_kv_b + (static_cast<long long>(h) * (d.dn + d.dv) + d.dn + (live ? e : 0)) * d.L;
-  float wreg[kUvRegs];
-#pragma unroll
-  for (int j = 0; j < kUvRegs; ++j) {
-    const int i = lane + 32 * j;
-    wreg[j] = live && i < d.L ? ld(wr[i]) : 0.f;
-  }
-  stream_order();
-  if (!live) return;
-  for (int r = blockIdx.z; r < rows; r += gridDim.z) {
-    const S* x = olat + (static_cast<long long>(r) * d.H + h) * d.L;
-    float a = 0.f;
-#pragma unroll
-    for (int j = 0; j < kUvRegs; ++j) {
-      const int i = lane + 32 * j;
-      if (i < d.L) a = fmaf(ld(x[i]), wreg[j], a);
-    }
-    for (int i = lane + 32 * kUvRegs; i < d.L; i += 32) a = fmaf(ld(x[i]), ld(wr[i]), a);
-    a = warp_sum(a);
-    if (lane == 0) o[(static_cast<long long>(r) * d.H + h) * d.dv + e] = st<S>(a);
-  }
-}
-
-/// Launch shape of uv_bmm over `rows` rows.
-inline dim3 uv_grid(const Dims& d, int rows) {
-  return dim3(d.H, (d.dv + kUvOuts - 1) / kUvOuts, rows < kUvRowSplit ? rows : kUvRowSplit);
 }
 
 /// Projections of decode batches (T <= kGemvMaxRows rows): y (R x n) = S(x (R x k) W^T), W (n x
@@ -892,15 +925,16 @@ __global__ void __launch_bounds__(kGemvThreads)
 
 /// Whether gemv serves a projection: k in whole 16-byte pieces, rows 16-byte aligned, and a
 /// shape where it beat cuBLAS on the H200 (bench-gpu --per-op, dsv32 sizes): weights of up to
-/// 2^24 values at 1-4 rows (qkv_a_proj 2.0x, indexer_wk_proj 2.0x, indexer_wq_b 1.6x faster at
-/// T = 1), and long rows (k >= 8192) at one row (o_proj 1.09x). Not q_b_proj (k = 1536, 24576
-/// rows of W: 1.05-1.3x slower than cuBLAS), nor o_proj at 2-4 rows (1.1-1.35x slower).
+/// 2^24 values at 1-4 rows (session 4: qkv_a_proj 2.0x, indexer_wk_proj 2.0x, indexer_wq_b 1.6x
+/// faster at T = 1), and every shape at one row (o_proj 1.09x in session 4; q_b_proj since the
+/// loads were batched in session 5: the gemv of session 4 was 1.05-1.3x slower there). Not
+/// o_proj at 2-4 rows (1.1-1.35x slower in session 4).
 template <class S>
 inline bool gemv_fits(int rows, int n, const void* x, int ldx, const void* w, int k) {
   constexpr int V = 16 / sizeof(S);
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   const bool shape = (rows <= kGemvMaxRows && static_cast<long long>(n) * k <= (1LL << 24)) ||
-                     (rows == 1 && k >= 8192);
+                     rows == 1;
   return rows >= 1 && shape && k % V == 0 && ldx % V == 0 && aligned(x) && aligned(w);
 }
 

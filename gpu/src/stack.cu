@@ -598,29 +598,27 @@ class StackImpl final : public Stack::Impl {
                op);
   }
 
-  /// uv_proj's product below capture size kUvGemmRows, over `rows` rows: at capture sizes up
-  /// to k::kGemvMaxRows a batched k::gemv over the heads (W_UV[h] read once in 16-byte pieces;
-  /// uv_bmm's 2-byte loads left it at 2.2-3x its floor), else uv_bmm. Chosen by the capture size
-  /// (not `rows`), so the copy form (T rows) and the no-copy form (T_a rows) run the same
-  /// kernel; neither kernel's row depends on the row count, so their shared rows agree bitwise.
+  /// uv_proj's product o[t, h, :] = olat[t, h, :] W_UV[h]^T. Up to capture size
+  /// k::kGemvMaxRows (16-byte aligned rows) a batched k::gemv over the heads, over the rows the
+  /// form needs (a gemv row does not depend on the row count); else one cuBLAS batched GEMM over
+  /// the heads for all T rows (uv_gemm; the no-copy form then copies rows [0, T_a) on). Chosen
+  /// by the capture size, so the copy form (T rows) and the no-copy form (T_a rows) run the same
+  /// kernel on the same shape and their shared rows agree bitwise. (Until session 5 a warp per
+  /// output with 2-byte loads served T < 64: 2.2x its floor at T = 1, 10x at T = 8.)
+  bool uv_gemv(const S* olat) const {
+    const k::Dims d = dims();
+    return T_ <= k::kGemvMaxRows && d.L % (16 / sizeof(S)) == 0 &&
+           k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv(0), d.L);
+  }
+  const S* w_uv(int l) const {  // W_UV[0]: rows dn .. dn + dv of head 0's block of w_kv_b
+    return layers_[l].w_kv_b->get() + static_cast<std::size_t>(cfg.qk_nope_head_dim) *
+                                          cfg.kv_lora_rank;
+  }
   void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s) {
     const k::Dims d = dims();
-    const S* w_uv = layers_[l].w_kv_b->get() + static_cast<long long>(d.dn) * d.L;
-    if (T_ <= k::kGemvMaxRows && k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv, d.L) &&
-        (static_cast<long long>(d.dn) * d.L) % (16 / sizeof(S)) == 0) {
-      gemv(olat, d.H * d.L, d.L, w_uv, static_cast<long long>(d.dn + d.dv) * d.L, out, d.H * d.dv,
-           d.dv, d.H, rows, d.dv, d.L, "uv_proj", s);
-      return;
-    }
-    launch("uv_proj", k::uv_bmm<S>, k::uv_grid(d, rows), k::kUvThreads, 0, s, d, rows, olat,
-           layers_[l].w_kv_b->get(), out);
+    gemv(olat, d.H * d.L, d.L, w_uv(l), static_cast<long long>(d.dn + d.dv) * d.L, out,
+         d.H * d.dv, d.dv, d.H, rows, d.dv, d.L, "uv_proj", s);
   }
-
-  /// uv_proj's product from capture size kUvGemmRows on: o[t, h, :] = olat[t, h, :] W_UV[h]^T
-  /// for all T rows as one cuBLAS batched GEMM over the heads (tensor cores). Both forms run it
-  /// over the same T rows, so cuBLAS picks the same kernel and the rows [0, T_a) they share agree
-  /// bitwise; below kUvGemmRows uv_bmm (whose rows do not depend on the row count) is faster.
-  static constexpr int kUvGemmRows = 64;
   void uv_gemm(int l, const S* olat, S* o, cudaStream_t s) {
     const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
               dv = cfg.v_head_dim;
@@ -677,14 +675,13 @@ class StackImpl final : public Stack::Impl {
            "indexer_wq_b");
     } else if (op == "fused_q") {
       const int Wq = L + d.dr;  // qpack's per-head stride; qR at offset L
-      launch(op.c_str(), k::q_rope<S>, k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_, d, m,
-             w.q->get(), dq, d.dn, w.qpack->get(), Wq, L);
+      const bool full = cfg.is_full_layer(l);
+      launch(op.c_str(), k::fused_q<S>, dim3(T, k::q_rope_blocks(d) + (full ? d.HI : 0)),
+             k::kFusedQThreads, 0, stream_, d, m, w.q->get(), dq, d.dn, w.qpack->get(), Wq, L,
+             w.qI->get(), w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
       if (mutant_ == "double-rope")  // the rotation again, in place on qR
-        launch(op.c_str(), k::q_rope<S>, k::q_rope_grid(d, T), k::kQRopeThreads, 0, stream_, d, m,
-               w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
-      if (cfg.is_full_layer(l))
-        launch(op.c_str(), k::index_q<S>, dim3(T, d.HI), 128, 0, stream_, d, m, w.qI->get(),
-               w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
+        launch(op.c_str(), k::q_rope<S>, dim3(T, k::q_rope_blocks(d)), k::kFusedQThreads, 0,
+               stream_, d, m, w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
     } else if (op == "indexer_topk") {
       // Short-prefill shortcut: when every context fits in K the sets are 0..p and the scores
       // are not needed (topk_select then takes its short path on every row, bit for bit). The
@@ -705,7 +702,8 @@ class StackImpl final : public Stack::Impl {
                    k::kIdxKeyThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
                    w.omega->get(), w.index, scores_->get(), max_len_);
           else
-            launch(op.c_str(), k::index_scores_grouped, dim3(Ta, (longest_ + 31) / 32),
+            launch(op.c_str(), k::index_scores_grouped,
+                   dim3(Ta, (longest_ + k::kIdxBlockKeys - 1) / k::kIdxBlockKeys),
                    k::kIdxThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
                    w.omega->get(), w.index, scores_->get(), max_len_);
         }
@@ -764,14 +762,14 @@ class StackImpl final : public Stack::Impl {
       // Mutant: an eager segment's op on a side stream, joined with nothing.
       const cudaStream_t s = mutant_ == "unjoined-stream" && eager_segment_ ? side_ : stream_;
       if (Ta > 0) {
-        if (T >= kUvGemmRows) {  // all T rows into the scratch, rows [0, T_a) on into `out`
+        if (uv_gemv(backend_olat_)) {
+          uv_small(l, Ta, backend_olat_, out, s);
+        } else {  // all T rows into the scratch, rows [0, T_a) on into `out`
           uv_gemm(l, backend_olat_, uv_rows_->get(), s);
           check(cudaMemcpyAsync(out, uv_rows_->get(),
                                 static_cast<std::size_t>(Ta) * H * d.dv * sizeof(S),
                                 cudaMemcpyDeviceToDevice, s),
                 "uv_proj");
-        } else {
-          uv_small(l, Ta, backend_olat_, out, s);
         }
       }
     } else if (op == "latent_copy") {  // copy form: backend rows [0, T_a) into the static latent
@@ -781,10 +779,10 @@ class StackImpl final : public Stack::Impl {
                               cudaMemcpyDeviceToDevice, stream_),
               "latent_copy");
     } else if (op == "uv_proj_static") {  // copy form: all T rows of the static latent
-      if (T >= kUvGemmRows)
-        uv_gemm(l, w.olat_static->get(), w.o->get(), stream_);
-      else
+      if (uv_gemv(w.olat_static->get()))
         uv_small(l, T, w.olat_static->get(), w.o->get(), stream_);
+      else
+        uv_gemm(l, w.olat_static->get(), w.o->get(), stream_);
     } else if (op == "o_proj") {
       // Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph
       // bakes the pointer it had at capture.
@@ -967,7 +965,8 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
   const k::Meta m{pos->get(), nullptr, req->get(), dt->get(), nullptr, nullptr};
   const k::IndexCache cache{dk->get(), dks->get()};
   const std::size_t smem = allow_index_scores_smem(d);
-  k::index_scores_grouped<<<dim3(1, (keys + 31) / 32), k::kIdxThreads, smem>>>(
+  k::index_scores_grouped<<<dim3(1, (keys + k::kIdxBlockKeys - 1) / k::kIdxBlockKeys),
+                             k::kIdxThreads, smem>>>(
       d, m, dq->get(), dom->get(), cache, a->get(), keys);
   k::index_scores_keys<<<dim3(1, (keys + 127) / 128), k::kIdxKeyThreads, smem>>>(
       d, m, dq->get(), dom->get(), cache, b->get(), keys);
