@@ -50,70 +50,85 @@ __device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) 
 /// row: latency, not bandwidth, is its cost).
 constexpr int kNormThreads = 1024;
 
-template <class S>
-__device__ __forceinline__ void rmsnorm_row(const S* x, const S* g, S* y, int n, float eps,
-                                            float* sh) {
-  float ss = 0.f;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
-  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
-#pragma unroll 4
-  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
+/// A thread's first kR values of v (i = threadIdx.x + j blockDim.x, j < kR), 0 past n.
+template <int kR, class S>
+__device__ __forceinline__ void load_strided(const S* v, int n, float (&r)[kR]) {
+#pragma unroll
+  for (int j = 0; j < kR; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    r[j] = i < n ? ld(v[i]) : 0.f;
+  }
 }
 
-/// input_norm: rmsnorm_row's arithmetic in the same order, with the weights' first
-/// kNormRegs values a thread read into registers before waiting on the kernel ahead (weights are
-/// constant) and the row's loaded together.
+/// One row's RMSNorm by one block: y = S(x / sqrt(mean(x^2) + eps) * g), a thread summing its
+/// squares in ascending i, then a fixed shuffle tree. The thread's first kR values of x are
+/// loaded together and those of g come in `gr` (load_strided: the callers read the weights
+/// before waiting on the kernel ahead, as weights are constant); the rest are read as needed.
+template <int kR, class S>
+__device__ __forceinline__ void rmsnorm_row(const S* x, const float (&gr)[kR], const S* g, S* y,
+                                            int n, float eps, float* sh) {
+  float xr[kR];
+  load_strided(x, n, xr);
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kR; ++j)
+    if (threadIdx.x + j * blockDim.x < n) ss += xr[j] * xr[j];
+  for (int i = threadIdx.x + kR * blockDim.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
+  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int j = 0; j < kR; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < n) y[i] = st<S>(xr[j] * inv * gr[j]);
+  }
+  for (int i = threadIdx.x + kR * blockDim.x; i < n; i += blockDim.x)
+    y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
+}
+
+/// input_norm. Grid (T), kNormThreads threads.
 constexpr int kNormRegs = 8;  // D = 7168 over 1024 threads
 template <class S>
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm(const S* in, int in_ld, const S* g, S* out, int out_ld, int n, float eps) {
   float gr[kNormRegs];
-#pragma unroll
-  for (int j = 0; j < kNormRegs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    gr[j] = i < n ? ld(g[i]) : 0.f;
-  }
+  load_strided(g, n, gr);
   stream_order();
   __shared__ float sh[32];
-  const S* x = in + static_cast<long long>(blockIdx.x) * in_ld;
-  S* y = out + static_cast<long long>(blockIdx.x) * out_ld;
-  float xr[kNormRegs];
-#pragma unroll
-  for (int j = 0; j < kNormRegs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    xr[j] = i < n ? ld(x[i]) : 0.f;
-  }
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < kNormRegs; ++j)
-    if (threadIdx.x + j * blockDim.x < n) ss += xr[j] * xr[j];
-  for (int i = threadIdx.x + kNormRegs * blockDim.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
-  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
-#pragma unroll
-  for (int j = 0; j < kNormRegs; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    if (i < n) y[i] = st<S>(xr[j] * inv * gr[j]);
-  }
-  for (int i = threadIdx.x + kNormRegs * blockDim.x; i < n; i += blockDim.x)
-    y[i] = st<S>(ld(x[i]) * inv * ld(g[i]));
+  rmsnorm_row(in + static_cast<long long>(blockIdx.x) * in_ld, gr, g,
+              out + static_cast<long long>(blockIdx.x) * out_ld, n, eps, sh);
 }
 
 /// norm_rope_cache, MLA part: c = RMSNorm(ckv) * g_kv, kR = rope(kpe_raw); cache insert at the
 /// token's slot (skipped when slot < 0); kR also to its trace buffer. One block, token t; `c`
 /// L floats and `sh` 32 of shared memory.
-template <class S>
+template <int kR, class S>
 __device__ __forceinline__ void kv_insert(const Dims& d, const Meta& m, int t, const S* qkv,
-                                          const S* g_kv, const KvCache<S>& cache, S* kR_out,
-                                          float* c, float* sh) {
+                                          const float (&gr)[kR], const S* g_kv,
+                                          const KvCache<S>& cache, S* kR_out, float* c,
+                                          float* sh) {
   const S* row = qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr);
+  float xr[kR];
+  load_strided(row + d.Rq, d.L, xr);
   float ss = 0.f;
-  for (int i = threadIdx.x; i < d.L; i += blockDim.x) {
+#pragma unroll
+  for (int j = 0; j < kR; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < d.L) {
+      c[i] = xr[j];
+      ss += xr[j] * xr[j];
+    }
+  }
+  for (int i = threadIdx.x + kR * blockDim.x; i < d.L; i += blockDim.x) {
     c[i] = ld(row[d.Rq + i]);
     ss += c[i] * c[i];
   }
   const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(d.L) + d.eps);
-  for (int i = threadIdx.x; i < d.L; i += blockDim.x) c[i] = c[i] * inv * ld(g_kv[i]);
+#pragma unroll
+  for (int j = 0; j < kR; ++j) {
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < d.L) c[i] = c[i] * inv * gr[j];
+  }
+  for (int i = threadIdx.x + kR * blockDim.x; i < d.L; i += blockDim.x)
+    c[i] = c[i] * inv * ld(g_kv[i]);
   __syncthreads();
   long long slot = m.slots[t];
   if (slot < 0 && d.padded_write) slot = 0;
@@ -198,14 +213,14 @@ __device__ __forceinline__ void rotate_quantize(const Dims& d, const Meta& m, fl
 /// `v` 128 floats and `sh` 32 of shared memory.
 template <class S>
 __device__ __forceinline__ void index_k_insert(const Dims& d, const Meta& m, int t, const S* kw,
-                                               const S* g_k, const S* b_k,
-                                               const IndexCache& cache, std::uint8_t* k8_out,
-                                               float* kscale_out, float* v, float* sh) {
+                                               float g_k, float b_k, const IndexCache& cache,
+                                               std::uint8_t* k8_out, float* kscale_out, float* v,
+                                               float* sh) {
   const int i = threadIdx.x;
   const float x = ld(kw[static_cast<long long>(t) * (d.dI + d.HI) + i]);
   const float mean = block_sum(x, sh) / 128.f;
   const float var = block_sum((x - mean) * (x - mean), sh) / 128.f;
-  v[i] = (x - mean) / sqrtf(var + d.ieps) * ld(g_k[i]) + ld(b_k[i]);
+  v[i] = (x - mean) / sqrtf(var + d.ieps) * g_k + b_k;
   rotate_quantize(d, m, v, sh, m.positions[t], k8_out + static_cast<long long>(t) * 128,
                   kscale_out + t);
   __syncthreads();
@@ -222,6 +237,7 @@ __device__ __forceinline__ void index_k_insert(const Dims& d, const Meta& m, int
 /// top-k row t cleared to -1 (`clear`: F layers, or a mutant's choice). The parts touch
 /// disjoint data. Dynamic shared memory: L + 32 floats.
 constexpr int kNormRopeThreads = 128;  // index_k_insert's vector: a thread per dimension
+constexpr int kNrcRegs = 12;            // q_lora_rank = 1536 over 128 threads
 
 template <class S>
 __global__ void __launch_bounds__(kNormRopeThreads)
@@ -229,6 +245,16 @@ __global__ void __launch_bounds__(kNormRopeThreads)
                     KvCache<S> cache, S* kR_out, bool index_k, const S* kw, const S* g_k,
                     const S* b_k, IndexCache index, std::uint8_t* k8_out, float* kscale_out,
                     bool clear, int* topk) {
+  // The part's weights into registers before waiting on the kernel ahead (constant).
+  float gr[kNrcRegs];
+  switch (blockIdx.y) {
+    case 0: load_strided(g_q, d.Rq, gr); break;
+    case 1: load_strided(g_kv, d.L, gr); break;
+    case 2:
+      if (index_k) gr[0] = ld(g_k[threadIdx.x]), gr[1] = ld(b_k[threadIdx.x]);
+      break;
+    default: break;
+  }
   stream_order();
   extern __shared__ float smem[];
   float* sh = smem;        // 32
@@ -236,14 +262,14 @@ __global__ void __launch_bounds__(kNormRopeThreads)
   const int t = blockIdx.x;
   switch (blockIdx.y) {
     case 0:
-      rmsnorm_row(qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr), g_q,
+      rmsnorm_row(qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr), gr, g_q,
                   q_c + static_cast<long long>(t) * d.Rq, d.Rq, d.eps, sh);
       break;
     case 1:
-      kv_insert(d, m, t, qkv, g_kv, cache, kR_out, buf, sh);
+      kv_insert(d, m, t, qkv, gr, g_kv, cache, kR_out, buf, sh);
       break;
     case 2:
-      if (index_k) index_k_insert(d, m, t, kw, g_k, b_k, index, k8_out, kscale_out, buf, sh);
+      if (index_k) index_k_insert(d, m, t, kw, gr[0], gr[1], index, k8_out, kscale_out, buf, sh);
       break;
     default:
       if (clear)
@@ -548,20 +574,24 @@ __device__ __forceinline__ unsigned long long topk_key(float score, int j) {
 /// counts: the sum does not depend on atomic order). After each pass the digit's bucket is
 /// found by warp 0 (a lane per 8 digits, a shuffle scan over lanes); once the whole bucket is
 /// needed (its count is what is left of K: always, after the score's bits, unless scores tie)
-/// every key with the prefix is taken and the passes stop. The chosen keys are placed by a scan
+/// every key with the prefix is taken and the passes stop; once it holds at most kTopkResolve
+/// keys they are ranked against each other in shared memory and the K-th best is found
+/// directly (with distinct scores that ends the select after two or three passes instead of
+/// four or five: one SM runs all of it, so instructions are its time). The chosen keys are placed by a scan
 /// over the warps' counts and ballots within each warp, in position order. One block per token;
 /// the set is the same as a full 8-pass select's.
 constexpr int kTopkThreads = 1024;
 constexpr int kTopkWarps = kTopkThreads / 32;
 constexpr int kTopkRegs = 16;
+constexpr int kTopkResolve = 128;  // a bucket this small is resolved by rank, not more passes
 
 __global__ void __launch_bounds__(kTopkThreads)
     topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk) {
   stream_order();
   __shared__ unsigned int hist[256];
   __shared__ int warp_at[kTopkWarps + 1];
-  __shared__ unsigned long long prefix_sh;
-  __shared__ int k_left_sh, done_sh;
+  __shared__ unsigned long long prefix_sh, cand[kTopkResolve];
+  __shared__ int k_left_sh, done_sh, count_sh, ncand;
   const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K, lane = threadIdx.x % 32,
             warp = threadIdx.x / 32;
   int* out = topk + static_cast<long long>(t) * K;
@@ -625,19 +655,39 @@ __global__ void __launch_bounds__(kTopkThreads)
             prefix_sh = prefix | (static_cast<unsigned long long>(255 - 8 * lane - q) << shift);
             k_left_sh = k_left - acc;
             done_sh = c[q] == k_left - acc;
+            count_sh = c[q];
             break;
           }
           acc += c[q];
         }
       }
     }
+    if (threadIdx.x == 0) ncand = 0;
     __syncthreads();
     prefix = prefix_sh;
     k_left = k_left_sh;
     mask |= 0xFFull << shift;
     const bool done = done_sh;
+    const int count = count_sh;
     __syncthreads();
     if (done) break;  // prefix's lower bits are 0: every key of the bucket is >= it
+    if (count <= kTopkResolve) {
+      // Few keys left in the bucket: the k_left-th best of them by rank (keys are unique, so
+      // ranks are; the candidates' slots depend on atomic order, their ranks do not).
+      each([&](int, unsigned long long kk, bool valid) {
+        if (valid && (kk & mask) == prefix) cand[atomicAdd(&ncand, 1)] = kk;
+      });
+      __syncthreads();
+      if (threadIdx.x < count) {
+        const unsigned long long mine = cand[threadIdx.x];
+        int above = 0;
+        for (int c = 0; c < count; ++c) above += cand[c] > mine;
+        if (above == k_left - 1) prefix_sh = mine;
+      }
+      __syncthreads();
+      prefix = prefix_sh;
+      break;  // prefix is now the K-th best key itself
+    }
   }
   // prefix is the K-th best key; every key >= it, in ascending position order: the warps'
   // counts scanned in warp order, then within a warp r by r, lanes in order.
@@ -920,6 +970,89 @@ __global__ void __launch_bounds__(kGemvThreads)
       for (int qq = 0; qq < ksplit; ++qq) s += part[g * ksplit + qq][r][o];
       y[static_cast<long long>(r) * ldy + out] = st<S>(s);
     }
+  }
+}
+
+/// uk_absorb at capture sizes up to kGemvMaxRows (R rows): ql[t, h, c] = S(sum_i qN[t, h, i]
+/// W_UK[h][i][c]) into qpack's ql part. A block per head; thread (piece p, slice s) owns the
+/// 16-byte piece p of W_UK[h]'s rows in slice s of i, sums them in ascending i, and the
+/// slices' partial sums are added in slice order: a fixed order, independent of R. The first
+/// kUkBatch rows' pieces are read before waiting on the kernel ahead (weights are constant).
+/// Needs L / (16 / sizeof(S)) a power of two up to kUkThreads (uk_small_fits). Grid (H),
+/// kUkThreads threads, uk_small_smem bytes of dynamic shared memory.
+constexpr int kUkThreads = 256;
+constexpr int kUkBatch = 16;
+
+template <class S>
+__host__ __device__ inline int uk_pieces(const Dims& d) {
+  return d.L / static_cast<int>(16 / sizeof(S));
+}
+template <class S>
+inline std::size_t uk_small_smem(const Dims& d, int rows) {
+  const int slices = kUkThreads / uk_pieces<S>(d);
+  return sizeof(float) * static_cast<std::size_t>(rows) * (d.dn + slices * d.L);
+}
+template <class S>
+inline bool uk_small_fits(const Dims& d, int rows) {
+  const int pieces = uk_pieces<S>(d);
+  return rows >= 1 && rows <= kGemvMaxRows && d.L % (16 / sizeof(S)) == 0 && pieces >= 1 &&
+         pieces <= kUkThreads && (pieces & (pieces - 1)) == 0 &&
+         uk_small_smem<S>(d, rows) <= 48 * 1024;
+}
+
+template <class S, int R>
+__global__ void __launch_bounds__(kUkThreads)
+    uk_small(Dims d, const S* q, const S* w_kv_b, S* qpack) {
+  constexpr int V = 16 / sizeof(S);
+  extern __shared__ float uk_sm[];  // R x dn query values, then slices x R x L partial sums
+  const int h = blockIdx.x, pieces = d.L / V, slices = kUkThreads / pieces;
+  const int p = threadIdx.x % pieces, sl = threadIdx.x / pieces;
+  const int i0 = d.dn * sl / slices, i1 = d.dn * (sl + 1) / slices;
+  const S* wh = w_kv_b + static_cast<long long>(h) * (d.dn + d.dv) * d.L + p * V;
+  uint4 wq[kUkBatch];
+  const auto fetch = [&](int ib) {
+#pragma unroll
+    for (int b = 0; b < kUkBatch; ++b)
+      wq[b] = ib + b < i1 ? __ldg(reinterpret_cast<const uint4*>(wh + static_cast<long long>(ib + b) * d.L))
+                          : make_uint4(0u, 0u, 0u, 0u);
+  };
+  fetch(i0);
+  stream_order();
+  float* qs = uk_sm;
+  for (int w = threadIdx.x; w < R * d.dn; w += blockDim.x)
+    qs[w] = ld(q[(static_cast<long long>(w / d.dn) * d.H + h) * (d.dn + d.dr) + w % d.dn]);
+  __syncthreads();
+  float acc[R][V];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[r][j] = 0.f;
+  for (int ib = i0; ib < i1; ib += kUkBatch) {
+    if (ib != i0) fetch(ib);
+#pragma unroll
+    for (int b = 0; b < kUkBatch; ++b) {
+      if (ib + b >= i1) break;
+      float wv[V];
+      unpack16<S>(wq[b], wv);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float qv = qs[r * d.dn + ib + b];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[r][j] = fmaf(qv, wv[j], acc[r][j]);
+      }
+    }
+  }
+  float* part = uk_sm + R * d.dn;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < V; ++j) part[(sl * R + r) * d.L + p * V + j] = acc[r][j];
+  __syncthreads();
+  for (int w = threadIdx.x; w < R * d.L; w += blockDim.x) {
+    const int r = w / d.L, c = w % d.L;
+    float sum = 0.f;
+    for (int s2 = 0; s2 < slices; ++s2) sum += part[(s2 * R + r) * d.L + c];
+    qpack[(static_cast<long long>(r) * d.H + h) * (d.L + d.dr) + c] = st<S>(sum);
   }
 }
 

@@ -663,13 +663,29 @@ class StackImpl final : public Stack::Impl {
     } else if (op == "q_b_proj") {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
-      // ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads, into qpack's ql part
-      check_blas(cublasGemmStridedBatchedEx(
-                     blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
-                     cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(),
-                     H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(), H * (L + d.dr), L + d.dr, H,
-                     compute_type<S>(), CUBLAS_GEMM_DEFAULT),
-                 "uk_absorb");
+      // ql_h (T x L) = qN_h (T x dn) W_UK[h] (dn x L), batched over heads, into qpack's ql part:
+      // decode batches of up to k::kGemvMaxRows rows through k::uk_small (W_UK read once in
+      // 16-byte pieces, its first rows before the wait; cuBLAS took 2.2x the weight-read
+      // floor at T = 1), larger ones through cuBLAS.
+      if (k::uk_small_fits<S>(d, T)) {
+        const auto go = [&](auto kernel) {
+          launch(op.c_str(), kernel, d.H, k::kUkThreads, k::uk_small_smem<S>(d, T), stream_, d,
+                 w.q->get(), w.w_kv_b->get(), w.qpack->get());
+        };
+        switch (T) {
+          case 1: go(k::uk_small<S, 1>); break;
+          case 2: go(k::uk_small<S, 2>); break;
+          case 3: go(k::uk_small<S, 3>); break;
+          default: go(k::uk_small<S, 4>); break;
+        }
+      } else {
+        check_blas(cublasGemmStridedBatchedEx(
+                       blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
+                       cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(),
+                       H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(), H * (L + d.dr), L + d.dr, H,
+                       compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                   "uk_absorb");
+      }
     } else if (op == "indexer_wq_b") {
       gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
            "indexer_wq_b");
