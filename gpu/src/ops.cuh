@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(kIdxThreads)
   __syncthreads();
   const int lane = tid % 32, g = tid / 32;
   float sums[2];
-  index_group_sums<2, 8>(d, sq, g, [&](int kk, int i) { return keys[(lane + 32 * kk) * 129 + i]; },
+  index_group_sums<2, 4>(d, sq, g, [&](int kk, int i) { return keys[(lane + 32 * kk) * 129 + i]; },
                          sums);
   part[g * NB + lane] = sums[0];
   part[g * NB + lane + 32] = sums[1];
@@ -894,14 +894,10 @@ __device__ __forceinline__ void unpack16(const uint4& u, float* out) {
   }
 }
 
-/// A lane's weight pieces loaded together before any is used (the loads of gemv_batch<R>()
+/// A lane's weight pieces loaded together before any is used (the loads of kGemvBatch
 /// iterations x kGemvOuts rows in flight at once; a loop that loads and uses a piece at a time
-/// left a cold 30 MB weight streaming at half the bandwidth): 8 iterations at one or two rows (a lane's whole share of most decode weights in one round
-/// trip: q_b_proj 6 pieces a row, qkv_a_proj 7, o_proj 8), 4 above (registers).
-template <int R>
-constexpr int gemv_batch() {
-  return R <= 2 ? 8 : 4;
-}
+/// left a cold 30 MB weight streaming at half the bandwidth).
+constexpr int kGemvBatch = 4;
 
 /// Grid (ceil(n / (kGemvOuts kGemvWarps / ksplit)), batch): product b reads x + b xs, w + b ws
 /// and writes y + b ys.
@@ -925,7 +921,6 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
     for (int o = 0; o < kGemvOuts; ++o) acc[r][o] = 0.f;
   if (n0 < n) {
-    constexpr int kGemvBatch = gemv_batch<R>();
     for (int vb = v0 + lane; vb < v1; vb += 32 * kGemvBatch) {
       uint4 wq[kGemvBatch][kGemvOuts];
 #pragma unroll
