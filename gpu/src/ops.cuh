@@ -475,7 +475,7 @@ __device__ __forceinline__ void index_group_sums(const Dims& d, const float* sq,
     }
   }
 }
-static_assert(kIdxChunk == 8, "index_group_sum unrolls two float4 per dimension");
+static_assert(kIdxChunk == 8, "index_group_sums unrolls two float4 per dimension");
 
 /// kIdxBlockKeys keys of one token a block; thread (lane, group g) = (tid % 32, tid / 32) sums
 /// group g for keys lane and lane + 32 (two keys a thread: each query load serves two dots, and
