@@ -64,17 +64,26 @@ __device__ __forceinline__ void load_strided(const S* v, int n, float (&r)[kR]) 
 /// squares in ascending i, then a fixed shuffle tree. The thread's first kR values of x are
 /// loaded together and those of g come in `gr` (load_strided: the callers read the weights
 /// before waiting on the kernel ahead, as weights are constant); the rest are read as needed.
+/// 1 / sqrt(mean(x^2) + eps) of a row by one block, the thread's first kR values in xr
+/// (load_strided), the rest read from x; a thread's squares in ascending i, then a fixed
+/// shuffle tree.
 template <int kR, class S>
-__device__ __forceinline__ void rmsnorm_row(const S* x, const float (&gr)[kR], const S* g, S* y,
-                                            int n, float eps, float* sh) {
-  float xr[kR];
-  load_strided(x, n, xr);
+__device__ __forceinline__ float rms_inv(const float (&xr)[kR], const S* x, int n, float eps,
+                                         float* sh) {
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kR; ++j)
     if (threadIdx.x + j * blockDim.x < n) ss += xr[j] * xr[j];
   for (int i = threadIdx.x + kR * blockDim.x; i < n; i += blockDim.x) ss += ld(x[i]) * ld(x[i]);
-  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
+  return 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(n) + eps);
+}
+
+template <int kR, class S>
+__device__ __forceinline__ void rmsnorm_row(const S* x, const float (&gr)[kR], const S* g, S* y,
+                                            int n, float eps, float* sh) {
+  float xr[kR];
+  load_strided(x, n, xr);
+  const float inv = rms_inv(xr, x, n, eps, sh);
 #pragma unroll
   for (int j = 0; j < kR; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
@@ -106,29 +115,17 @@ __device__ __forceinline__ void kv_insert(const Dims& d, const Meta& m, int t, c
                                           const KvCache<S>& cache, S* kR_out, float* c,
                                           float* sh) {
   const S* row = qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr);
+  const S* ckv = row + d.Rq;
   float xr[kR];
-  load_strided(row + d.Rq, d.L, xr);
-  float ss = 0.f;
+  load_strided(ckv, d.L, xr);
+  const float inv = rms_inv(xr, ckv, d.L, d.eps, sh);  // c kept in fp32 (quantized from it)
 #pragma unroll
   for (int j = 0; j < kR; ++j) {
     const int i = threadIdx.x + j * blockDim.x;
-    if (i < d.L) {
-      c[i] = xr[j];
-      ss += xr[j] * xr[j];
-    }
-  }
-  for (int i = threadIdx.x + kR * blockDim.x; i < d.L; i += blockDim.x) {
-    c[i] = ld(row[d.Rq + i]);
-    ss += c[i] * c[i];
-  }
-  const float inv = 1.f / sqrtf(block_sum(ss, sh) / static_cast<float>(d.L) + d.eps);
-#pragma unroll
-  for (int j = 0; j < kR; ++j) {
-    const int i = threadIdx.x + j * blockDim.x;
-    if (i < d.L) c[i] = c[i] * inv * gr[j];
+    if (i < d.L) c[i] = xr[j] * inv * gr[j];
   }
   for (int i = threadIdx.x + kR * blockDim.x; i < d.L; i += blockDim.x)
-    c[i] = c[i] * inv * ld(g_kv[i]);
+    c[i] = ld(ckv[i]) * inv * ld(g_kv[i]);
   __syncthreads();
   long long slot = m.slots[t];
   if (slot < 0 && d.padded_write) slot = 0;
@@ -557,6 +554,16 @@ __global__ void spin(long long cycles) {
   }
 }
 
+/// Inclusive prefix sum over the lanes of a warp (a fixed shuffle sequence).
+__device__ __forceinline__ int warp_inclusive_scan(int v) {
+  const int lane = threadIdx.x % 32;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+
 /// Total order on (score, position): larger score first, then smaller position; unique keys.
 __device__ __forceinline__ unsigned long long topk_key(float score, int j) {
   unsigned int b = __float_as_uint(score);
@@ -577,9 +584,9 @@ __device__ __forceinline__ unsigned long long topk_key(float score, int j) {
 /// every key with the prefix is taken and the passes stop; once it holds at most kTopkResolve
 /// keys they are ranked against each other in shared memory and the K-th best is found
 /// directly (with distinct scores that ends the select after two or three passes instead of
-/// four or five: one SM runs all of it, so instructions are its time). The chosen keys are placed by a scan
-/// over the warps' counts and ballots within each warp, in position order. One block per token;
-/// the set is the same as a full 8-pass select's.
+/// four or five: one SM runs all of it, so instructions are its time). The chosen keys are
+/// placed by a scan over the warps' counts and ballots within each warp, in position order.
+/// One block per token; the set is the same as a full 8-pass select's.
 constexpr int kTopkThreads = 1024;
 constexpr int kTopkWarps = kTopkThreads / 32;
 constexpr int kTopkRegs = 16;
@@ -608,8 +615,9 @@ __global__ void __launch_bounds__(kTopkThreads)
     const int j = j0 + 32 * r;
     kr[r] = r < per && j < n ? topk_key(sc[j], j) : 0ull;
   }
-  // f(r, j, key, valid) for the thread's positions r = 0 .. per - 1 in order (the same count in
-  // every thread, so whole warps meet in the votes); the first kTopkRegs from registers.
+  // f(j, key, valid) for the thread's positions j = j0 + 32 r, r = 0 .. per - 1 in order (the
+  // same count in every thread, so whole warps meet in the votes); the first kTopkRegs keys
+  // from registers.
   const auto each = [&](auto&& f) {
 #pragma unroll
     for (int r = 0; r < kTopkRegs; ++r)
@@ -642,11 +650,7 @@ __global__ void __launch_bounds__(kTopkThreads)
       int c[8], sum = 0;
 #pragma unroll
       for (int q = 0; q < 8; ++q) sum += c[q] = static_cast<int>(hist[255 - 8 * lane - q]);
-      int incl = sum;
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-      }
+      const int incl = warp_inclusive_scan(sum);
       int acc = incl - sum;
       if (acc < k_left && incl >= k_left) {  // the K-th best key's digit is in this lane's range
 #pragma unroll
@@ -698,11 +702,7 @@ __global__ void __launch_bounds__(kTopkThreads)
   __syncthreads();
   if (threadIdx.x < 32) {
     const int v = lane < kTopkWarps ? warp_at[lane] : 0;
-    int incl = v;
-    for (int o = 1; o < 32; o <<= 1) {
-      const int u = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += u;
-    }
+    const int incl = warp_inclusive_scan(v);
     if (lane < kTopkWarps) warp_at[lane] = incl - v;
     if (lane == 31) warp_at[kTopkWarps] = incl;
   }

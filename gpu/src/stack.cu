@@ -567,16 +567,30 @@ class StackImpl final : public Stack::Impl {
     const int per_block = k::kGemvOuts * (k::kGemvWarps / ksplit);
     const dim3 grid(static_cast<unsigned>((n + per_block - 1) / per_block),
                     static_cast<unsigned>(batch));
-    const auto go = [&](auto kernel) {
-      launch(op, kernel, grid, k::kGemvThreads, 0, s ? s : stream_, x, ldx, xs, w, ws, y, ldy, ys,
-             n, kdim, ksplit);
-    };
+    with_rows(rows, [&](auto R) {
+      launch(op, k::gemv<S, decltype(R)::value>, grid, k::kGemvThreads, 0, s ? s : stream_, x, ldx,
+             xs, w, ws, y, ldy, ys, n, kdim, ksplit);
+    });
+  }
+
+  /// f(std::integral_constant<int, rows>) for rows 1 .. k::kGemvMaxRows: the kernels of decode
+  /// batches are instantiated per row count.
+  template <class F>
+  static void with_rows(int rows, F&& f) {
     static_assert(k::kGemvMaxRows == 4, "one instantiation per row count");
     switch (rows) {
-      case 1: go(k::gemv<S, 1>); break;
-      case 2: go(k::gemv<S, 2>); break;
-      case 3: go(k::gemv<S, 3>); break;
-      default: go(k::gemv<S, 4>); break;
+      case 1:
+        f(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        f(std::integral_constant<int, 2>{});
+        break;
+      case 3:
+        f(std::integral_constant<int, 3>{});
+        break;
+      default:
+        f(std::integral_constant<int, 4>{});
+        break;
     }
   }
 
@@ -588,7 +602,6 @@ class StackImpl final : public Stack::Impl {
             const char* op) {
     if (k::gemv_fits<S>(rows, n, x, ldx, w, kdim)) {
       gemv(x, ldx, 0, w, 0, y, ldy, 0, 1, rows, n, kdim, op);
-      check(cudaGetLastError(), op);
       return;
     }
     const float one = 1.f, zero = 0.f;
@@ -607,8 +620,7 @@ class StackImpl final : public Stack::Impl {
   /// output with 2-byte loads served T < 64: 2.2x its floor at T = 1, 10x at T = 8.)
   bool uv_gemv(const S* olat) const {
     const k::Dims d = dims();
-    return T_ <= k::kGemvMaxRows && d.L % (16 / sizeof(S)) == 0 &&
-           k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv(0), d.L);
+    return T_ <= k::kGemvMaxRows && k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv(0), d.L);
   }
   const S* w_uv(int l) const {  // W_UV[0]: rows dn .. dn + dv of head 0's block of w_kv_b
     return layers_[l].w_kv_b->get() + static_cast<std::size_t>(cfg.qk_nope_head_dim) *
@@ -616,8 +628,8 @@ class StackImpl final : public Stack::Impl {
   }
   void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s) {
     const k::Dims d = dims();
-    gemv(olat, d.H * d.L, d.L, w_uv(l), static_cast<long long>(d.dn + d.dv) * d.L, out,
-         d.H * d.dv, d.dv, d.H, rows, d.dv, d.L, "uv_proj", s);
+    gemv(olat, d.H * d.L, d.L, w_uv(l), static_cast<long long>(d.dn + d.dv) * d.L, out, d.H * d.dv,
+         d.dv, d.H, rows, d.dv, d.L, "uv_proj", s);
   }
   void uv_gemm(int l, const S* olat, S* o, cudaStream_t s) {
     const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
@@ -627,8 +639,7 @@ class StackImpl final : public Stack::Impl {
     // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
     // ld H L); W_UV[h] is rows dn .. dn + dv of head h's (dn + dv) x L block of w_kv_b.
     const cublasStatus_t st = cublasGemmStridedBatchedEx(
-        blas_, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one,
-        layers_[l].w_kv_b->get() + static_cast<std::size_t>(dn) * L, cuda_type<S>(), L,
+        blas_, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one, w_uv(l), cuda_type<S>(), L,
         static_cast<long long>(dn + dv) * L, olat, cuda_type<S>(), H * L, L, &zero, o,
         cuda_type<S>(), H * dv, dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT);
     if (s != stream_) check_blas(cublasSetStream(blas_, stream_), "uv_proj stream");
@@ -668,22 +679,17 @@ class StackImpl final : public Stack::Impl {
       // 16-byte pieces, its first rows before the wait; cuBLAS took 2.2x the weight-read
       // floor at T = 1), larger ones through cuBLAS.
       if (k::uk_small_fits<S>(d, T)) {
-        const auto go = [&](auto kernel) {
-          launch(op.c_str(), kernel, d.H, k::kUkThreads, k::uk_small_smem<S>(d, T), stream_, d,
-                 w.q->get(), w.w_kv_b->get(), w.qpack->get());
-        };
-        switch (T) {
-          case 1: go(k::uk_small<S, 1>); break;
-          case 2: go(k::uk_small<S, 2>); break;
-          case 3: go(k::uk_small<S, 3>); break;
-          default: go(k::uk_small<S, 4>); break;
-        }
+        with_rows(T, [&](auto R) {
+          launch(op.c_str(), k::uk_small<S, decltype(R)::value>, d.H, k::kUkThreads,
+                 k::uk_small_smem<S>(d, T), stream_, d, w.q->get(), w.w_kv_b->get(),
+                 w.qpack->get());
+        });
       } else {
         check_blas(cublasGemmStridedBatchedEx(
                        blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
-                       cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(),
-                       H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(), H * (L + d.dr), L + d.dr, H,
-                       compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                       cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(),
+                       cuda_type<S>(), H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(),
+                       H * (L + d.dr), L + d.dr, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                    "uk_absorb");
       }
     } else if (op == "indexer_wq_b") {
@@ -828,16 +834,13 @@ class StackImpl final : public Stack::Impl {
                    DType dtype, Value value) {
     std::int64_t per = 1;
     for (auto v : tail) per *= v;
-    const std::vector<T> host = download(p, static_cast<std::size_t>(rows * per));
-    std::vector<double> data(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) data[i] = value(host[i]);
     std::vector<std::int64_t> shape{rows};
     shape.insert(shape.end(), tail.begin(), tail.end());
-    return Tensor::from(name, std::move(shape), std::move(data), dtype);
+    return host_tensor(name, std::move(shape), download(p, static_cast<std::size_t>(rows * per)),
+                       dtype, value);
   }
   Tensor tensor_of(const char* name, const S* p, int rows, std::vector<std::int64_t> tail) {
-    return tensor_of(name, p, rows, std::move(tail), storage_dtype(cfg, name),
-                     [](S v) { return from_storage(v); });
+    return tensor_of(name, p, rows, std::move(tail), storage_dtype(cfg, name), from_storage<S>);
   }
   /// Columns [off, off + n) of each (row, head) of a (rows, H, stride) device tensor, as a
   /// (rows, H, n) trace Tensor.
@@ -847,9 +850,16 @@ class StackImpl final : public Stack::Impl {
       check(cudaMemcpy2D(host.data(), n * sizeof(S), p + off, stride * sizeof(S), n * sizeof(S),
                          static_cast<std::size_t>(rows) * H, cudaMemcpyDeviceToHost),
             "download trace");
+    return host_tensor(name, {rows, H, n}, host, storage_dtype(cfg, name), from_storage<S>);
+  }
+  /// A trace Tensor of `shape` from downloaded elements; `value` maps a stored element to its
+  /// value.
+  template <class T, class Value>
+  static Tensor host_tensor(const char* name, std::vector<std::int64_t> shape,
+                            const std::vector<T>& host, DType dtype, Value value) {
     std::vector<double> data(host.size());
-    for (std::size_t i = 0; i < host.size(); ++i) data[i] = from_storage(host[i]);
-    return Tensor::from(name, {rows, H, n}, std::move(data), storage_dtype(cfg, name));
+    for (std::size_t i = 0; i < host.size(); ++i) data[i] = value(host[i]);
+    return Tensor::from(name, std::move(shape), std::move(data), dtype);
   }
   Tensor floats_of(const char* name, const float* p, int rows, std::vector<std::int64_t> tail) {
     return tensor_of(name, p, rows, std::move(tail), storage_dtype(cfg, name),
