@@ -28,6 +28,7 @@ struct Options {
   int repeats = 20;
   std::string json;
   bool per_op = false;
+  bool per_op_eager = false;  // time each op's repeats eagerly instead of as a captured graph
   std::vector<std::string> per_op_presets = {"dsv32", "dsv32-tp4"};
   std::vector<int> per_op_tokens = {1, 8, 64, 512};
   std::vector<int> tp = {1};
@@ -101,10 +102,13 @@ double op_bytes(const Config& c, const std::string& op, const StepInput& in) {
 /// Per-op times of one F layer at full sizes against each op's bandwidth floor.
 int run_per_op(const Options& o) {
   const double gbs = gpu::copy_bandwidth_gbs();
-  fmt::print("bench-gpu --per-op: one F layer, context {}, {} runs per op, {}\n", o.context,
-             o.repeats, gpu::device_summary());
+  fmt::print("bench-gpu --per-op: one F layer, context {}, {} runs per op ({}), {}\n", o.context,
+             o.repeats, o.per_op_eager ? "launched eagerly" : "captured as one graph",
+             gpu::device_summary());
   fmt::print("copy bandwidth {:.0f} GB/s (read + write, measured now): the floor's rate\n", gbs);
-  nlohmann::json out{{"context", o.context}, {"copy_gbs", gbs}};
+  nlohmann::json out{{"context", o.context},
+                     {"copy_gbs", gbs},
+                     {"per_op_timing", o.per_op_eager ? "eager" : "graph"}};
   for (const std::string& name : o.per_op_presets) {
     Config cfg = preset(name);
     cfg.num_layers = 1;
@@ -124,7 +128,7 @@ int run_per_op(const Options& o) {
                                   : chunk_step(cfg, T, o.context, blocks);
       gpu::Stack stack(cfg, w, blocks, T);
       stack.synthesize_context(in);
-      times[T] = stack.time_ops(in, o.repeats);
+      times[T] = stack.time_ops(in, o.repeats, !o.per_op_eager);
       layer_ms[T] = stack.time_step(gpu::plan_preset("eager", cfg), in, o.repeats);
       // The layer as vLLM runs it: captured, the narrow boundary's ops eager between segments.
       narrow_ms[T] = stack.time_step(gpu::plan_preset("narrow", cfg), in, o.repeats);
@@ -257,6 +261,9 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--per-op-tokens", o->per_op_tokens, "Token counts of --per-op")
       ->capture_default_str();
+  sub->add_flag("--per-op-eager", o->per_op_eager,
+                "Launch each op's repeats eagerly (host launches included) instead of timing "
+                "them captured as one CUDA graph");
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

@@ -107,7 +107,7 @@ struct Stack::Impl {
   virtual int capture_count() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
-                                                               int repeats) = 0;
+                                                               int repeats, bool graph) = 0;
   Config cfg;
   int device = 0;
 };
@@ -259,8 +259,8 @@ class StackImpl final : public Stack::Impl {
            repeats;
   }
 
-  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
-                                                       int repeats) override {
+  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
+                                                       bool graph) override {
     const Plan eager = plan_preset("eager", cfg);
     run(eager, in, false);
     upload_step(in);
@@ -269,9 +269,39 @@ class StackImpl final : public Stack::Impl {
     std::vector<std::pair<std::string, double>> out;
     for (const std::string& op : ops) {
       run_op(0, op);  // warm-up
-      const double ms = median_ms(("time op " + op).c_str(), [&] {
+      if (!graph) {
+        const double ms = median_ms(("time op " + op).c_str(), [&] {
+          for (int i = 0; i < repeats; ++i) run_op(0, op);
+        });
+        out.emplace_back(op, ms / repeats);
+        continue;
+      }
+      // The repeats captured as one graph and replayed: the GPU's time, not the host's
+      // launches (host values, such as the backend ring's address, are those of the capture).
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      const std::string what = "time op " + op + " (graph)";
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), what.c_str());
+      try {
         for (int i = 0; i < repeats; ++i) run_op(0, op);
-      });
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      check(cudaStreamEndCapture(stream_, &g), what.c_str());
+      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      check(inst, what.c_str());
+      double ms = 0.0;
+      try {
+        check(cudaGraphLaunch(exec, stream_), what.c_str());  // warm-up
+        ms = median_ms(what.c_str(), [&] { check(cudaGraphLaunch(exec, stream_), what.c_str()); });
+      } catch (...) {
+        cudaGraphExecDestroy(exec);
+        throw;
+      }
+      cudaGraphExecDestroy(exec);
       out.emplace_back(op, ms / repeats);
     }
     return out;
@@ -1060,9 +1090,10 @@ double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
   return impl_->time_step(plan, in, repeats);
 }
 
-std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats) {
+std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats,
+                                                          bool graph) {
   const detail::DeviceGuard on(impl_->device);
-  return impl_->time_ops(in, repeats);
+  return impl_->time_ops(in, repeats, graph);
 }
 
 void Stack::set_mutant(const std::string& name) {

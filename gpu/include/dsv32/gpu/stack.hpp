@@ -70,8 +70,11 @@ class Stack {
   double time_step(const Plan& plan, const StepInput& in, int repeats);
   /// Mean milliseconds of each op of layer 0 run `repeats` times back to back in isolation after
   /// one eager run of the step (every buffer then holds the step's values): the ops of the
-  /// `eager` plan, then `latent_copy` and `uv_proj_static`.
-  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats);
+  /// `eager` plan, then `latent_copy` and `uv_proj_static`. `graph`: the repeats captured as one
+  /// CUDA graph and replayed (the GPU's time; eagerly, an op of short kernels and cuBLAS calls
+  /// can be bound by the host's launches).
+  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
+                                                       bool graph = true);
   /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
   std::vector<double> residual(int T);
 
