@@ -56,5 +56,17 @@ TEST(GpuNumerics, BothIndexScoreKernelsGiveTheSameBits) {
           << heads << " heads, " << keys << " keys";
 }
 
+// The tensor-core score kernel sums in the tensor cores' order, the others sequentially: each
+// must stay within the accumulation bound the top-k judge grants (a kernel outside it could
+// pick a set the judge rejects on a near tie).
+TEST(GpuNumerics, IndexScoresWithinTheirAccumulationBound) {
+  DSV32_REQUIRE_GPU();
+  for (int heads : {1, 3, 16, 17, 64})
+    for (int keys : {1, 31, 200, 4099})
+      for (std::uint64_t seed : {7u, 8u})
+        EXPECT_EQ(gpu::index_scores_off_bound(heads, keys, seed), "")
+            << heads << " heads, " << keys << " keys, seed " << seed;
+}
+
 }  // namespace
 }  // namespace dsv32

@@ -547,6 +547,121 @@ __global__ void __launch_bounds__(kIdxKeyThreads)
   scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * total;
 }
 
+/// indexer_topk, scores on tensor cores: the same I(t, j) = kscale_j sum_h omega_h relu(q8_h .
+/// k8_j) with the dots as one product Q (heads x 128) K^T (128 x keys) through mma.sync in f16
+/// with fp32 accumulation (e4m3 values are exact in f16 and their products in fp32; the fp32
+/// sums are in the tensor cores' order, within the gamma_n bound that top-k judging allows:
+/// GpuNumerics.IndexScoresWithinTheirAccumulationBound), then omega_h relu(.) summed over a
+/// warp's 16 heads in a fixed shuffle tree and over the head tiles in order. A block takes
+/// kIdxMmaKeys keys of one token: the token's q codes and the keys' codes are staged in shared
+/// memory as f16 (rows padded by 8: conflict-free fragment loads); warp w takes head tile w % 4
+/// and keys 32 (w / 4) .. + 32. HI <= kIdxMmaHeads, dI = 128 (index_mma_fits). Grid (T_a,
+/// ceil(len / kIdxMmaKeys)), kIdxMmaThreads threads.
+constexpr int kIdxMmaThreads = 256;
+constexpr int kIdxMmaKeys = 64;
+constexpr int kIdxMmaHeads = 64;
+constexpr int kIdxMmaRow = 128 + 8;  // f16 per staged row
+
+__host__ __device__ inline bool index_mma_fits(const Dims& d) {
+  return d.HI >= 1 && d.HI <= kIdxMmaHeads && d.dI == 128;
+}
+
+/// 16 e4m3 codes (one 16-byte load) as 16 f16 values at dst (32 bytes, 16-byte aligned).
+__device__ __forceinline__ void e4m3x16_to_f16(const uint4& w, __half* dst) {
+  const unsigned int words[4] = {w.x, w.y, w.z, w.w};
+  unsigned int h[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
+    const __half2_raw v = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    h[i] = static_cast<unsigned int>(v.x) | (static_cast<unsigned int>(v.y) << 16);
+  }
+  reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
+  reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                        unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__global__ void __launch_bounds__(kIdxMmaThreads)
+    index_scores_mma(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
+                     IndexCache cache, float* scores, int ld_scores) {
+  __shared__ __align__(16) __half qh[kIdxMmaHeads * kIdxMmaRow];
+  __shared__ __align__(16) __half kh[kIdxMmaKeys * kIdxMmaRow];
+  __shared__ float om[kIdxMmaHeads], ksc[kIdxMmaKeys], part[kIdxMmaHeads / 16][kIdxMmaKeys];
+  stream_order();
+  const int t = blockIdx.x, j0 = blockIdx.y * kIdxMmaKeys, tid = threadIdx.x;
+  const int p = m.positions[t], r = m.request_of_token[t], HT = (d.HI + 15) / 16;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  for (int i = tid; i < HT * 16 * 8; i += blockDim.x) {  // a 16-code piece of a head's q
+    const int h = i / 8, piece = i % 8;
+    const uint4 w = h < d.HI ? __ldg(reinterpret_cast<const uint4*>(
+                                   q8 + (static_cast<long long>(t) * d.HI + h) * 128) + piece)
+                             : zero;
+    e4m3x16_to_f16(w, qh + h * kIdxMmaRow + piece * 16);
+  }
+  for (int h = tid; h < HT * 16; h += blockDim.x)
+    om[h] = h < d.HI ? omega[static_cast<long long>(t) * d.HI + h] : 0.f;
+  for (int i = tid; i < kIdxMmaKeys * 8; i += blockDim.x) {  // a 16-code piece of a key
+    const int kk = i / 8, piece = i % 8, j = j0 + kk;
+    uint4 w = zero;
+    if (j <= p) {
+      const long long slot = slot_of(d, m, r, j);
+      w = __ldg(reinterpret_cast<const uint4*>(cache.codes + slot * 128) + piece);
+      if (piece == 0) ksc[kk] = cache.scales[slot];
+    }
+    e4m3x16_to_f16(w, kh + kk * kIdxMmaRow + piece * 16);
+  }
+  __syncthreads();
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int ht = warp % 4, kq = warp / 4;
+  if (ht < HT) {
+    float acc[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+    const __half* qa = qh + (ht * 16 + g) * kIdxMmaRow + q * 2;
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      const __half* pa = qa + ks * 16;
+      const unsigned a[4] = {*reinterpret_cast<const unsigned*>(pa),
+                             *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow),
+                             *reinterpret_cast<const unsigned*>(pa + 8),
+                             *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow + 8)};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const __half* pb = kh + (kq * 32 + nt * 8 + g) * kIdxMmaRow + ks * 16 + q * 2;
+        mma_f16(acc[nt], a, *reinterpret_cast<const unsigned*>(pb),
+                *reinterpret_cast<const unsigned*>(pb + 8));
+      }
+    }
+    // Lane (g, q) holds heads ht 16 + g and + 8 for keys 2q, 2q + 1 of each 8-key tile.
+    const float oa = om[ht * 16 + g], ob = om[ht * 16 + g + 8];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v = fmaf(ob, fmaxf(acc[nt][2 + e], 0.f), oa * fmaxf(acc[nt][e], 0.f));
+        for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (g == 0) part[ht][kq * 32 + nt * 8 + q * 2 + e] = v;
+      }
+  }
+  __syncthreads();
+  const int j = j0 + tid;
+  if (tid < kIdxMmaKeys && j <= p) {
+    float total = part[0][tid];
+    for (int h = 1; h < HT; ++h) total += part[h][tid];
+    scores[static_cast<long long>(t) * ld_scores + j] = ksc[tid] * total;
+  }
+}
+
 /// Busy-waits `cycles` clock cycles (mutant unjoined-stream: a slow backend on the main stream).
 __global__ void spin(long long cycles) {
   const long long t0 = clock64();

@@ -11,7 +11,9 @@
 #include <map>
 
 #include "check.cuh"
+#include "dsv32/oracle/compare.hpp"
 #include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/oracle.hpp"
 #include "dsv32/oracle/rng.hpp"
 #include "dsv32/oracle/rope.hpp"
 #include "ops.cuh"
@@ -29,6 +31,13 @@ void check_blas(cublasStatus_t s, const char* what) {
 
 /// Programmatic dependent launch of the ops' kernels: on unless DSV32_PDL=0 (for A/B timing
 /// and for ruling it out when a result looks wrong; docs/DECISIONS.md, "PDL").
+/// indexer_topk's scores on tensor cores where k::index_mma_fits: on unless DSV32_INDEX_MMA=0
+/// (the CUDA-core kernels of sessions 3-5, for A/B timing).
+bool index_mma_enabled() {
+  const char* v = std::getenv("DSV32_INDEX_MMA");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 bool pdl_enabled() {
   const char* v = std::getenv("DSV32_PDL");
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -747,9 +756,15 @@ class StackImpl final : public Stack::Impl {
       }
       if (Ta > 0) {
         if (!shortcut) {
-          // A thread per key once the keys alone fill the SMs; else per (key, head group).
-          // Both sum in the same order: a score's bits do not depend on the choice.
-          if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
+          // Tensor cores where the shapes allow; else a thread per key once the keys alone
+          // fill the SMs, or per (key, head group): those two sum in the same order, so a
+          // score's bits do not depend on which of them ran.
+          if (index_mma_ && k::index_mma_fits(d))
+            launch(op.c_str(), k::index_scores_mma,
+                   dim3(Ta, (longest_ + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys), k::kIdxMmaThreads,
+                   0, stream_, d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(),
+                   max_len_);
+          else if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
             launch(op.c_str(), k::index_scores_keys, dim3(Ta, (longest_ + 127) / 128),
                    k::kIdxKeyThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
                    w.omega->get(), w.index, scores_->get(), max_len_);
@@ -954,7 +969,7 @@ class StackImpl final : public Stack::Impl {
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
-  const bool pdl_ = pdl_enabled();
+  const bool pdl_ = pdl_enabled(), index_mma_ = index_mma_enabled();
   int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, sms_ = 1;
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   std::string mutant_;
@@ -985,7 +1000,16 @@ Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_
                                                gather);
 }
 
-std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed) {
+namespace {
+
+/// One random token's index scores from every score kernel (see index_score_kernels_disagree).
+struct IndexScoreRun {
+  std::vector<std::uint8_t> q8, codes;  // (heads, 128); (keys, 128) in position order
+  std::vector<float> omega, kscale;     // (heads); (keys) in position order
+  std::vector<float> grouped, per_key, mma;
+};
+
+IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
   if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
   if (heads < 1 || keys < 1) throw std::invalid_argument("index_score_kernels: heads, keys >= 1");
   const rng::Stream s(seed, "index-score-kernels");
@@ -997,16 +1021,23 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
   d.dI = 128;
   d.B = 64;
   d.max_blocks = (keys + d.B - 1) / d.B;
-  std::vector<std::uint8_t> q8(static_cast<std::size_t>(heads) * 128), kc(
-      static_cast<std::size_t>(d.max_blocks) * d.B * 128);
-  std::vector<float> omega(heads), ks(static_cast<std::size_t>(d.max_blocks) * d.B);
+  IndexScoreRun run;
+  std::vector<std::uint8_t> kc(static_cast<std::size_t>(d.max_blocks) * d.B * 128);
+  std::vector<float> ks(static_cast<std::size_t>(d.max_blocks) * d.B);
   std::vector<int> table(d.max_blocks);
-  for (std::size_t i = 0; i < q8.size(); ++i) q8[i] = code(i);
-  for (std::size_t i = 0; i < kc.size(); ++i) kc[i] = code(i + q8.size());
-  for (int h = 0; h < heads; ++h) omega[h] = static_cast<float>(s.symmetric(1000000 + h));
+  run.q8.resize(static_cast<std::size_t>(heads) * 128);
+  run.omega.resize(heads);
+  for (std::size_t i = 0; i < run.q8.size(); ++i) run.q8[i] = code(i);
+  for (std::size_t i = 0; i < kc.size(); ++i) kc[i] = code(i + run.q8.size());
+  for (int h = 0; h < heads; ++h) run.omega[h] = static_cast<float>(s.symmetric(1000000 + h));
   for (std::size_t j = 0; j < ks.size(); ++j)
     ks[j] = static_cast<float>(std::ldexp(1.0 + s.uniform(2000000 + j), -8));
   for (int b = 0; b < d.max_blocks; ++b) table[b] = d.max_blocks - 1 - b;  // reversed pages
+  for (int j = 0; j < keys; ++j) {  // position j lives in slot table[j / B] B + j % B
+    const std::size_t slot = static_cast<std::size_t>(table[j / d.B]) * d.B + j % d.B;
+    run.codes.insert(run.codes.end(), kc.begin() + slot * 128, kc.begin() + (slot + 1) * 128);
+    run.kscale.push_back(ks[slot]);
+  }
   const auto dev = [](const auto& host) {
     using T = typename std::decay_t<decltype(host)>::value_type;
     auto buf = zeros<T>(host.size());
@@ -1014,10 +1045,10 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
           "index_score_kernels upload");
     return buf;
   };
-  const auto dq = dev(q8), dk = dev(kc);
-  const auto dom = dev(omega), dks = dev(ks);
+  const auto dq = dev(run.q8), dk = dev(kc);
+  const auto dom = dev(run.omega), dks = dev(ks);
   const auto dt = dev(table), pos = dev(std::vector<int>{keys - 1}), req = dev(std::vector<int>{0});
-  auto a = zeros<float>(keys), b = zeros<float>(keys);
+  auto a = zeros<float>(keys), b = zeros<float>(keys), c = zeros<float>(keys);
   const k::Meta m{pos->get(), nullptr, req->get(), dt->get(), nullptr, nullptr};
   const k::IndexCache cache{dk->get(), dks->get()};
   const std::size_t smem = allow_index_scores_smem(d);
@@ -1026,12 +1057,50 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
       d, m, dq->get(), dom->get(), cache, a->get(), keys);
   k::index_scores_keys<<<dim3(1, (keys + 127) / 128), k::kIdxKeyThreads, smem>>>(
       d, m, dq->get(), dom->get(), cache, b->get(), keys);
+  if (k::index_mma_fits(d))
+    k::index_scores_mma<<<dim3(1, (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
+                          k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, c->get(), keys);
   check(cudaGetLastError(), "index_score_kernels launch");
-  const std::vector<float> x = download(a->get(), keys), y = download(b->get(), keys);
+  run.grouped = download(a->get(), keys);
+  run.per_key = download(b->get(), keys);
+  if (k::index_mma_fits(d)) run.mma = download(c->get(), keys);
+  return run;
+}
+
+}  // namespace
+
+std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed) {
+  const IndexScoreRun run = run_index_score_kernels(heads, keys, seed);
   for (int j = 0; j < keys; ++j)
-    if (std::memcmp(&x[j], &y[j], sizeof(float)) != 0)
-      return "key " + std::to_string(j) + ": grouped " + std::to_string(x[j]) + ", per key " +
-             std::to_string(y[j]);
+    if (std::memcmp(&run.grouped[j], &run.per_key[j], sizeof(float)) != 0)
+      return "key " + std::to_string(j) + ": grouped " + std::to_string(run.grouped[j]) +
+             ", per key " + std::to_string(run.per_key[j]);
+  return "";
+}
+
+std::string index_scores_off_bound(int heads, int keys, std::uint64_t seed) {
+  const IndexScoreRun run = run_index_score_kernels(heads, keys, seed);
+  std::vector<double> q(run.q8.size()), kv(run.codes.size()), om(run.omega.begin(), run.omega.end());
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = e4m3_value(run.q8[i]);
+  for (std::size_t i = 0; i < kv.size(); ++i) kv[i] = e4m3_value(run.codes[i]);
+  std::vector<const double*> kp;
+  for (int j = 0; j < keys; ++j) kp.push_back(&kv[static_cast<std::size_t>(j) * 128]);
+  const std::vector<double> kscale(run.kscale.begin(), run.kscale.end());
+  const IndexScores exact = index_score_row(q.data(), om.data(), heads, 128, kp, kscale);
+  const double gamma = gamma_fp32(static_cast<std::int64_t>(heads) * 128);
+  const std::pair<const char*, const std::vector<float>*> kernels[] = {
+      {"grouped", &run.grouped}, {"per key", &run.per_key}, {"mma", &run.mma}};
+  for (const auto& [name, got] : kernels) {
+    if (got->empty()) continue;  // the tensor-core kernel does not serve these shapes
+    for (int j = 0; j < keys; ++j) {
+      const double err = std::fabs(static_cast<double>((*got)[j]) - exact.score[j]);
+      if (!(err <= gamma * exact.abs_terms[j]))  // NaN fails
+        return std::string(name) + " kernel, key " + std::to_string(j) + ": " +
+               std::to_string((*got)[j]) + " against " + std::to_string(exact.score[j]) +
+               " (error " + std::to_string(err) + ", bound " +
+               std::to_string(gamma * exact.abs_terms[j]) + ")";
+    }
+  }
   return "";
 }
 

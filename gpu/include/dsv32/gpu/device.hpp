@@ -35,5 +35,10 @@ std::vector<std::uint8_t> device_e4m3_bits(const std::vector<float>& xs);
 /// keys (codes from the counter RNG with `seed`): "" when every score agrees bit for bit, else
 /// the first difference.
 std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed);
+/// Every score kernel of indexer_topk (the two above and the tensor-core one where it serves
+/// `heads`) on the same random token, each score against the exact (fp64) score within the
+/// fp32 accumulation bound that top-k judging allows (gamma_{heads 128} times the sum of the
+/// terms' magnitudes, TESTING.md section 2): "" when all are within it, else the first miss.
+std::string index_scores_off_bound(int heads, int keys, std::uint64_t seed);
 
 }  // namespace dsv32::gpu
