@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <new>
 #include <string>
 
 #include "dsv32/gpu/device.hpp"
@@ -21,12 +22,20 @@ class DeviceGuard {
     check(cudaGetDevice(&prev_), "cudaGetDevice");
     if (prev_ != device) check(cudaSetDevice(device), "cudaSetDevice");
   }
-  ~DeviceGuard() { cudaSetDevice(prev_); }
+  /// For destructors: never throws, and restores nothing when the current device is unknown.
+  DeviceGuard(int device, std::nothrow_t) {
+    restore_ = cudaGetDevice(&prev_) == cudaSuccess;
+    cudaSetDevice(device);
+  }
+  ~DeviceGuard() {
+    if (restore_) cudaSetDevice(prev_);
+  }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
   int prev_ = 0;
+  bool restore_ = true;
 };
 
 /// Device buffer owned by RAII.

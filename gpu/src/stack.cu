@@ -1106,11 +1106,8 @@ std::string index_scores_off_bound(int heads, int keys, std::uint64_t seed) {
 
 Stack::~Stack() {
   if (!impl_) return;
-  int prev = 0;  // frees and destroys on the stack's device; nothing here may throw
-  const bool restore = cudaGetDevice(&prev) == cudaSuccess;
-  cudaSetDevice(impl_->device);
+  const detail::DeviceGuard on(impl_->device, std::nothrow);  // frees on the stack's device
   impl_.reset();
-  if (restore) cudaSetDevice(prev);
 }
 
 std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int num_blocks,
