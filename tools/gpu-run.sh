@@ -5,9 +5,15 @@
 # benchmarks (plans side by side, at tp 1, 2 and 4 where the GPUs allow; per op against bandwidth
 # floors); logs and JSON go to OUTDIR. DSV32_GPU_RUN_CPU=1 also runs the `cpu` label there (CI
 # runs it on every push; on a GPU machine it only costs time). NVLink multicast stays off.
-# Usage: tools/gpu-run.sh OUTDIR
+# Usage: tools/gpu-run.sh OUTDIR (new or empty)
 set -uo pipefail
-out=$(mkdir -p "${1:-out/gpu-run}" && cd "${1:-out/gpu-run}" && pwd)
+outdir=${1:-out/gpu-run}
+# A run's results must not mix with an earlier run's: refuse a folder that already holds files.
+if [ -d "$outdir" ] && [ -n "$(ls -A "$outdir")" ]; then
+  echo "gpu-run.sh: $outdir is not empty; give a new or empty folder (its files would mix with this run's)" >&2
+  exit 2
+fi
+out=$(mkdir -p "$outdir" && cd "$outdir" && pwd)
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 status=0
