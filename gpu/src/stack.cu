@@ -29,17 +29,9 @@ void check_blas(cublasStatus_t s, const char* what) {
     throw CudaError(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
 }
 
-/// Programmatic dependent launch of the ops' kernels: on unless DSV32_PDL=0 (for A/B timing
-/// and for ruling it out when a result looks wrong; docs/DECISIONS.md, "PDL").
-/// indexer_topk's scores on tensor cores where k::index_mma_fits: on unless DSV32_INDEX_MMA=0
-/// (the CUDA-core kernels of sessions 3-5, for A/B timing).
-bool index_mma_enabled() {
-  const char* v = std::getenv("DSV32_INDEX_MMA");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-bool pdl_enabled() {
-  const char* v = std::getenv("DSV32_PDL");
+/// A switch of the stack's kernels that is on unless the environment variable `var` is "0".
+bool switched_on(const char* var) {
+  const char* v = std::getenv(var);
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
@@ -287,30 +279,15 @@ class StackImpl final : public Stack::Impl {
       }
       // The repeats captured as one graph and replayed: the GPU's time, not the host's
       // launches (host values, such as the backend ring's address, are those of the capture).
-      cudaGraph_t g = nullptr;
-      cudaGraphExec_t exec = nullptr;
       const std::string what = "time op " + op + " (graph)";
-      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), what.c_str());
-      try {
+      BreakableGraph g(stream_);
+      g.begin();
+      g.graph(op, [&] {
         for (int i = 0; i < repeats; ++i) run_op(0, op);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      check(cudaStreamEndCapture(stream_, &g), what.c_str());
-      const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
-      cudaGraphDestroy(g);
-      check(inst, what.c_str());
-      double ms = 0.0;
-      try {
-        check(cudaGraphLaunch(exec, stream_), what.c_str());  // warm-up
-        ms = median_ms(what.c_str(), [&] { check(cudaGraphLaunch(exec, stream_), what.c_str()); });
-      } catch (...) {
-        cudaGraphExecDestroy(exec);
-        throw;
-      }
-      cudaGraphExecDestroy(exec);
+      });
+      g.end();
+      g.replay();  // warm-up
+      const double ms = median_ms(what.c_str(), [&] { g.replay(); });
       out.emplace_back(op, ms / repeats);
     }
     return out;
@@ -969,7 +946,12 @@ class StackImpl final : public Stack::Impl {
   std::array<Buf<S>, 2> ring_;
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
-  const bool pdl_ = pdl_enabled(), index_mma_ = index_mma_enabled();
+  // Programmatic dependent launch of the ops' kernels (DSV32_PDL=0 turns it off: A/B timing, or
+  // ruling it out when a result looks wrong; docs/DECISIONS.md, "PDL").
+  const bool pdl_ = switched_on("DSV32_PDL");
+  // indexer_topk's scores on tensor cores where k::index_mma_fits (DSV32_INDEX_MMA=0: the
+  // CUDA-core kernels of sessions 3-5, for A/B timing).
+  const bool index_mma_ = switched_on("DSV32_INDEX_MMA");
   int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, sms_ = 1;
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   std::string mutant_;
@@ -1057,13 +1039,14 @@ IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
       d, m, dq->get(), dom->get(), cache, a->get(), keys);
   k::index_scores_keys<<<dim3(1, (keys + 127) / 128), k::kIdxKeyThreads, smem>>>(
       d, m, dq->get(), dom->get(), cache, b->get(), keys);
-  if (k::index_mma_fits(d))
+  const bool mma = k::index_mma_fits(d);
+  if (mma)
     k::index_scores_mma<<<dim3(1, (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
                           k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, c->get(), keys);
   check(cudaGetLastError(), "index_score_kernels launch");
   run.grouped = download(a->get(), keys);
   run.per_key = download(b->get(), keys);
-  if (k::index_mma_fits(d)) run.mma = download(c->get(), keys);
+  if (mma) run.mma = download(c->get(), keys);
   return run;
 }
 
