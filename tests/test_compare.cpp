@@ -137,6 +137,36 @@ TEST(Compare, Fp8CacheAllowsTheCandidatesOwnTileScale) {
   EXPECT_FALSE(compare_fp8_cache(two, t0, t0, 128, rel).pass);
 }
 
+TEST(Compare, Fp8CacheStepsUpFromABinadesBottomByItsQuantum) {
+  // GpuPlanStateful (session 7, L = 10, bf16): T0's code 64 (a binade's bottom) against the
+  // GPU's 72, one code up, the value before quantizing near their midpoint 68. T1's tile amax
+  // came out a little larger than T0's, so 64 on T0's scale read 63.9 on the tile scale, whose
+  // quantum there (4) is half the step actually taken.
+  const int cols = 10;
+  std::vector<double> codes = {448, 64, -64, 3, 100, -20, 7.5, 0.25, -448, 12};
+  const double scale0 = 3.5 / kE4m3Max;
+  std::vector<double> v(cols);
+  for (int i = 0; i < cols; ++i) v[i] = codes[i] * scale0;
+  const Tensor t0 = Tensor::from("c", {1, cols}, v, DType::bfloat16);
+  Tensor t1 = t0;
+  t1.data[0] *= 1 + 0x1p-9;  // T1's amax (so the tile scale) a bit larger; spread 3.5 * 2^-9
+  const int k = 1;
+  Tensor up = t0;
+  up.data[k] = 72 * scale0;  // the neighbouring code above 64
+  EXPECT_TRUE(compare_fp8_cache(up, t0, t1, cols).pass);
+  Tensor down = t0;
+  down.data[k] = 60 * scale0;  // the neighbouring code below
+  EXPECT_TRUE(compare_fp8_cache(down, t0, t1, cols).pass);
+  Tensor two = t0;
+  two.data[k] = 80 * scale0;  // two codes up
+  const CompareResult r = compare_fp8_cache(two, t0, t1, cols);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.first_bad, k);
+  Tensor two_down = t0;
+  two_down.data[k] = 56 * scale0;  // two codes down
+  EXPECT_FALSE(compare_fp8_cache(two_down, t0, t1, cols).pass);
+}
+
 TEST(Compare, VacuousGatesAreRefused) {
   const Tensor t0 = random_tensor("y", 256, 3);
   const Tensor far = random_tensor("y", 256, 4);  // unrelated "T1": 2 max|T1-T0| ~ 4

@@ -302,17 +302,25 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
   for (std::int64_t row = 0; row < rows; ++row)
     for (std::int64_t c0 = 0; c0 < cols; c0 += tile) {
       const std::int64_t c1 = std::min(cols, c0 + tile);
-      double amax = 0.0, spread = 0.0;
+      double amax = 0.0, amax0 = 0.0, spread = 0.0;
       for (std::int64_t c = c0; c < c1; ++c) {
         const std::int64_t k = row * cols + c;
+        amax0 = std::max(amax0, std::fabs(t0.data[k]));
         amax = std::max({amax, std::fabs(t0.data[k]), std::fabs(t1.data[k])});
         spread = std::max(spread, std::fabs(t1.data[k] - t0.data[k]));
       }
       const double scale = std::max(amax, 1e-30) / kE4m3Max;  // the cache's tile scale
+      // T0's own tile scale: T0's values are codes on it (its amax is the code 448).
+      const double scale0 = std::max(amax0, 1e-30) / kE4m3Max;
       for (std::int64_t c = c0; c < c1; ++c) {
         const std::int64_t k = row * cols + c;
         const double g = got.data[k], w = t0.data[k];
-        const double q = e4m3_quantum(std::fabs(w) / scale) * scale;
+        // The step to a neighbouring code: at the tile scale, or T0's own code's step towards
+        // the candidate (a code at a binade's bottom reads just below it on a larger scale,
+        // yet its step up is the binade's quantum; its step down is half that).
+        const double side = std::fabs(g) > std::fabs(w) ? 1 + 0x1p-30 : 1 - 0x1p-30;
+        const double q = std::max(e4m3_quantum(std::fabs(w) / scale) * scale,
+                                  e4m3_quantum(std::fabs(w) / scale0 * side) * scale0);
         count_in_quanta(r, k, g, w, q, 2 * spread + rel * (std::fabs(w) + q));
       }
     }

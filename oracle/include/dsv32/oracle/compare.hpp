@@ -38,7 +38,10 @@ double round_to(DType dt, double v);
 double ulp_in(DType dt, double magnitude);
 
 /// The latent read back from an fp8_ds_mla cache (`c`, rows x L): within one e4m3 quantum at
-/// each element's magnitude (tile scale max|T0 of the tile| / 448, tiles of `tile` columns) plus
+/// each element's magnitude (tile scale max(|T0|, |T1|) of the tile / 448, tiles of `tile`
+/// columns; or, where larger, the step from T0's own code towards the candidate's on T0's own
+/// tile scale: a code at a binade's bottom, 2^e, measured on the larger scale lands just under
+/// 2^e, yet its step up is 2^e's quantum) plus
 /// twice the tile's T1 - T0 spread, plus `rel` (|T0| + the quantum): the candidate's own tile
 /// scale may differ from T0's by that relative amount (in fp32 precision T1 = T0 and the spread
 /// is 0, yet the GPU's fp32 amax is not T0's: a flipped code then measured 1 + 1e-7 quanta).
