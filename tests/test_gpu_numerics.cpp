@@ -68,5 +68,20 @@ TEST(GpuNumerics, IndexScoresWithinTheirAccumulationBound) {
             << heads << " heads, " << keys << " keys, seed " << seed;
 }
 
+// indexer_topk's selection against the host's exact set, directly (the plan tests see it
+// through the judge, which allows near-ties): rows shorter than K (the 0..p path), just over K,
+// many keys per thread (past the registers), and heavy ties (the smaller position must win).
+TEST(GpuNumerics, TopkSelectGivesTheExactSet) {
+  DSV32_REQUIRE_GPU();
+  const std::vector<int> lengths = {8192, 2049, 100, 5000, 2048, 40000, 2051, 7};
+  for (int levels : {0, 1, 3, 1000})
+    for (std::uint64_t seed : {1u, 2u}) {
+      EXPECT_EQ(gpu::topk_select_off(2048, lengths, levels, seed), "")
+          << "K 2048, levels " << levels << ", seed " << seed;
+      EXPECT_EQ(gpu::topk_select_off(64, {300, 65, 64, 1, 129}, levels, seed), "")
+          << "K 64, levels " << levels << ", seed " << seed;
+    }
+}
+
 }  // namespace
 }  // namespace dsv32

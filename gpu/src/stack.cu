@@ -189,6 +189,14 @@ class StackImpl final : public Stack::Impl {
     check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute");
     allow_index_scores_smem(dims());
+    static_assert(k::kGemvMaxRows == 4, "uk_small's instantiations, rows 1-4");
+    for (const void* f : {reinterpret_cast<const void*>(k::uk_small<S, 1>),
+                          reinterpret_cast<const void*>(k::uk_small<S, 2>),
+                          reinterpret_cast<const void*>(k::uk_small<S, 3>),
+                          reinterpret_cast<const void*>(k::uk_small<S, 4>)})
+      check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(k::kUkSmemMax)),
+            "uk_small shared memory");
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
@@ -1051,6 +1059,57 @@ IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
 }
 
 }  // namespace
+
+std::string topk_select_off(int K, const std::vector<int>& lengths, int levels,
+                            std::uint64_t seed) {
+  if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
+  if (K < 1 || lengths.empty()) throw std::invalid_argument("topk_select_off: K >= 1, rows >= 1");
+  const int rows = static_cast<int>(lengths.size());
+  const int width = *std::max_element(lengths.begin(), lengths.end());
+  if (*std::min_element(lengths.begin(), lengths.end()) < 1)
+    throw std::invalid_argument("topk_select_off: lengths >= 1");
+  const rng::Stream s(seed, "topk-select");
+  std::vector<float> sc(static_cast<std::size_t>(rows) * width);
+  for (std::size_t i = 0; i < sc.size(); ++i)  // no zeros: -0 and +0 are distinct keys
+    sc[i] = levels > 0 ? 1.0f + static_cast<float>(s.below(i, levels))
+                       : static_cast<float>(1.0 + s.symmetric(i) * 0.5);
+  std::vector<int> positions(rows);
+  for (int t = 0; t < rows; ++t) positions[t] = lengths[t] - 1;
+  // The expected rows: the K best by (score, then the smaller position), in position order.
+  std::vector<int> want(static_cast<std::size_t>(rows) * K, -1);
+  for (int t = 0; t < rows; ++t) {
+    std::vector<int> order(lengths[t]);
+    for (int j = 0; j < lengths[t]; ++j) order[j] = j;
+    const float* row = &sc[static_cast<std::size_t>(t) * width];
+    const int take = std::min(K, lengths[t]);
+    std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int a, int b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    std::sort(order.begin(), order.begin() + take);
+    std::copy(order.begin(), order.begin() + take, want.begin() + static_cast<std::ptrdiff_t>(t) * K);
+  }
+  const auto dev = [](const auto& host) {
+    using T = typename std::decay_t<decltype(host)>::value_type;
+    auto buf = zeros<T>(host.size());
+    check(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+          "topk_select_off upload");
+    return buf;
+  };
+  const auto dsc = dev(sc);
+  const auto dpos = dev(positions);
+  k::Dims d{};
+  d.K = K;
+  const k::Meta m{dpos->get(), nullptr, nullptr, nullptr, nullptr, nullptr};
+  const auto out = dev(std::vector<int>(want.size(), -1));  // as norm_rope_cache clears them
+  k::topk_select<<<rows, k::kTopkThreads>>>(d, m, dsc->get(), width, out->get());
+  check(cudaGetLastError(), "topk_select_off launch");
+  const std::vector<int> got = download(out->get(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (got[i] != want[i])
+      return "row " + std::to_string(i / K) + " entry " + std::to_string(i % K) + ": " +
+             std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
+  return "";
+}
 
 std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed) {
   const IndexScoreRun run = run_index_score_kernels(heads, keys, seed);

@@ -41,4 +41,10 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
 /// terms' magnitudes, TESTING.md section 2): "" when all are within it, else the first miss.
 std::string index_scores_off_bound(int heads, int keys, std::uint64_t seed);
 
+/// indexer_topk's selection kernel on rows of random scores (`levels` > 0: drawn from that
+/// many values, so most keys tie), row t over lengths[t] keys, against the host's K best by
+/// (score, then the smaller position) in position order: "" when it gives exactly that, else
+/// the first difference.
+std::string topk_select_off(int K, const std::vector<int>& lengths, int levels, std::uint64_t seed);
+
 }  // namespace dsv32::gpu
