@@ -68,6 +68,17 @@ TEST(GpuNumerics, IndexScoresWithinTheirAccumulationBound) {
             << heads << " heads, " << keys << " keys, seed " << seed;
 }
 
+// At prefill sizes a tensor-core score block takes several tokens (the keys staged once per
+// request): a score's bits must not depend on how tokens were grouped (T_a picks the grouping,
+// and the plans compare bitwise).
+TEST(GpuNumerics, IndexScoresDoNotDependOnTokensPerBlock) {
+  DSV32_REQUIRE_GPU();
+  for (int tokens : {1, 7, 40})
+    for (int keys : {2, 100, 1000})
+      EXPECT_EQ(gpu::index_scores_blocking_disagrees(tokens, keys, 3), "")
+          << tokens << " tokens, " << keys << " keys";
+}
+
 // indexer_topk's selection against the host's exact set, directly (the plan tests see it
 // through the judge, which allows near-ties): rows shorter than K (the 0..p path), just over K,
 // many keys per thread (past the registers), and heavy ties (the smaller position must win).

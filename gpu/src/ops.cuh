@@ -555,12 +555,21 @@ __global__ void __launch_bounds__(kIdxKeyThreads)
 /// warp's 16 heads in a fixed shuffle tree and over the head tiles in order. A block takes
 /// kIdxMmaKeys keys of one token: the token's q codes and the keys' codes are staged in shared
 /// memory as f16 (rows padded by 8: conflict-free fragment loads); warp w takes head tile w % 4
-/// and keys 32 (w / 4) .. + 32. HI <= kIdxMmaHeads, dI = 128 (index_mma_fits). Grid (T_a,
-/// ceil(len / kIdxMmaKeys)), kIdxMmaThreads threads.
+/// and keys 32 (w / 4) .. + 32. A block takes `per_block` consecutive tokens in turn, staging
+/// the keys once per request among them (a prefill chunk's tokens share the keys); a score's
+/// arithmetic does not depend on which block computed it. HI <= kIdxMmaHeads, dI = 128
+/// (index_mma_fits). Grid (ceil(T_a / per_block), ceil(len / kIdxMmaKeys)), kIdxMmaThreads
+/// threads.
 constexpr int kIdxMmaThreads = 256;
 constexpr int kIdxMmaKeys = 64;
 constexpr int kIdxMmaHeads = 64;
 constexpr int kIdxMmaRow = 128 + 8;  // f16 per staged row
+
+/// Tokens per index_scores_mma block for T_a rows: 8 at prefill sizes (T = 512: indexer_topk
+/// 592 -> 508 us on the H200; 16 gave 506), else 1 (at T = 8 and 64, 4 and 8 were slower).
+inline int index_mma_tokens(int rows) {
+  return rows >= 256 ? 8 : 1;
+}
 
 __host__ __device__ inline bool index_mma_fits(const Dims& d) {
   return d.HI >= 1 && d.HI <= kIdxMmaHeads && d.dI == 128;
@@ -591,74 +600,88 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const unsigned (&a)[4], u
 
 __global__ void __launch_bounds__(kIdxMmaThreads)
     index_scores_mma(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
-                     IndexCache cache, float* scores, int ld_scores) {
+                     IndexCache cache, float* scores, int ld_scores, int rows, int per_block) {
   __shared__ __align__(16) __half qh[kIdxMmaHeads * kIdxMmaRow];
   __shared__ __align__(16) __half kh[kIdxMmaKeys * kIdxMmaRow];
   __shared__ float om[kIdxMmaHeads], ksc[kIdxMmaKeys], part[kIdxMmaHeads / 16][kIdxMmaKeys];
   stream_order();
-  const int t = blockIdx.x, j0 = blockIdx.y * kIdxMmaKeys, tid = threadIdx.x;
-  const int p = m.positions[t], r = m.request_of_token[t], HT = (d.HI + 15) / 16;
+  const int t0 = blockIdx.x * per_block, t1 = min(rows, t0 + per_block);
+  const int j0 = blockIdx.y * kIdxMmaKeys, tid = threadIdx.x, HT = (d.HI + 15) / 16;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  for (int i = tid; i < HT * 16 * 8; i += blockDim.x) {  // a 16-code piece of a head's q
-    const int h = i / 8, piece = i % 8;
-    const uint4 w = h < d.HI ? __ldg(reinterpret_cast<const uint4*>(
-                                   q8 + (static_cast<long long>(t) * d.HI + h) * 128) + piece)
-                             : zero;
-    e4m3x16_to_f16(w, qh + h * kIdxMmaRow + piece * 16);
-  }
-  for (int h = tid; h < HT * 16; h += blockDim.x)
-    om[h] = h < d.HI ? omega[static_cast<long long>(t) * d.HI + h] : 0.f;
-  for (int i = tid; i < kIdxMmaKeys * 8; i += blockDim.x) {  // a 16-code piece of a key
-    const int kk = i / 8, piece = i % 8, j = j0 + kk;
-    uint4 w = zero;
-    if (j <= p) {
-      const long long slot = slot_of(d, m, r, j);
-      w = __ldg(reinterpret_cast<const uint4*>(cache.codes + slot * 128) + piece);
-      if (piece == 0) ksc[kk] = cache.scales[slot];
-    }
-    e4m3x16_to_f16(w, kh + kk * kIdxMmaRow + piece * 16);
-  }
-  __syncthreads();
-  const int warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  const int ht = warp % 4, kq = warp / 4;
-  if (ht < HT) {
-    float acc[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-    const __half* qa = qh + (ht * 16 + g) * kIdxMmaRow + q * 2;
-#pragma unroll
-    for (int ks = 0; ks < 8; ++ks) {
-      const __half* pa = qa + ks * 16;
-      const unsigned a[4] = {*reinterpret_cast<const unsigned*>(pa),
-                             *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow),
-                             *reinterpret_cast<const unsigned*>(pa + 8),
-                             *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow + 8)};
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const __half* pb = kh + (kq * 32 + nt * 8 + g) * kIdxMmaRow + ks * 16 + q * 2;
-        mma_f16(acc[nt], a, *reinterpret_cast<const unsigned*>(pb),
-                *reinterpret_cast<const unsigned*>(pb + 8));
+  int staged = -1;  // the request whose keys are in kh
+  for (int t = t0; t < t1; ++t) {
+    const int p = m.positions[t], r = m.request_of_token[t];
+    if (j0 > p) continue;  // the same in every thread
+    if (r != staged) {
+      // This request's keys up to the last position any of the block's tokens of it reaches
+      // (a key past a token's position is staged but its score is not written).
+      int last = p;
+      for (int u = t + 1; u < t1; ++u)
+        if (m.request_of_token[u] == r) last = max(last, m.positions[u]);
+      __syncthreads();  // the previous token's products are done with kh
+      for (int i = tid; i < kIdxMmaKeys * 8; i += blockDim.x) {  // a 16-code piece of a key
+        const int kk = i / 8, piece = i % 8, j = j0 + kk;
+        uint4 w = zero;
+        if (j <= last) {
+          const long long slot = slot_of(d, m, r, j);
+          w = __ldg(reinterpret_cast<const uint4*>(cache.codes + slot * 128) + piece);
+          if (piece == 0) ksc[kk] = cache.scales[slot];
+        }
+        e4m3x16_to_f16(w, kh + kk * kIdxMmaRow + piece * 16);
       }
+      staged = r;
     }
-    // Lane (g, q) holds heads ht 16 + g and + 8 for keys 2q, 2q + 1 of each 8-key tile.
-    const float oa = om[ht * 16 + g], ob = om[ht * 16 + g + 8];
+    for (int i = tid; i < HT * 16 * 8; i += blockDim.x) {  // a 16-code piece of a head's q
+      const int h = i / 8, piece = i % 8;
+      const uint4 w = h < d.HI ? __ldg(reinterpret_cast<const uint4*>(
+                                     q8 + (static_cast<long long>(t) * d.HI + h) * 128) + piece)
+                               : zero;
+      e4m3x16_to_f16(w, qh + h * kIdxMmaRow + piece * 16);
+    }
+    for (int h = tid; h < HT * 16; h += blockDim.x)
+      om[h] = h < d.HI ? omega[static_cast<long long>(t) * d.HI + h] : 0.f;
+    __syncthreads();
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+    const int ht = warp % 4, kq = warp / 4;
+    if (ht < HT) {
+      float acc[4][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = fmaf(ob, fmaxf(acc[nt][2 + e], 0.f), oa * fmaxf(acc[nt][e], 0.f));
-        for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (g == 0) part[ht][kq * 32 + nt * 8 + q * 2 + e] = v;
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+      const __half* qa = qh + (ht * 16 + g) * kIdxMmaRow + q * 2;
+#pragma unroll
+      for (int ks = 0; ks < 8; ++ks) {
+        const __half* pa = qa + ks * 16;
+        const unsigned a[4] = {*reinterpret_cast<const unsigned*>(pa),
+                               *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow),
+                               *reinterpret_cast<const unsigned*>(pa + 8),
+                               *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow + 8)};
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const __half* pb = kh + (kq * 32 + nt * 8 + g) * kIdxMmaRow + ks * 16 + q * 2;
+          mma_f16(acc[nt], a, *reinterpret_cast<const unsigned*>(pb),
+                  *reinterpret_cast<const unsigned*>(pb + 8));
+        }
       }
-  }
-  __syncthreads();
-  const int j = j0 + tid;
-  if (tid < kIdxMmaKeys && j <= p) {
-    float total = part[0][tid];
-    for (int h = 1; h < HT; ++h) total += part[h][tid];
-    scores[static_cast<long long>(t) * ld_scores + j] = ksc[tid] * total;
+      // Lane (g, q) holds heads ht 16 + g and + 8 for keys 2q, 2q + 1 of each 8-key tile.
+      const float oa = om[ht * 16 + g], ob = om[ht * 16 + g + 8];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float v = fmaf(ob, fmaxf(acc[nt][2 + e], 0.f), oa * fmaxf(acc[nt][e], 0.f));
+          for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+          if (g == 0) part[ht][kq * 32 + nt * 8 + q * 2 + e] = v;
+        }
+    }
+    __syncthreads();  // part is complete; qh and om are free for the next token
+    const int j = j0 + tid;
+    if (tid < kIdxMmaKeys && j <= p) {
+      float total = part[0][tid];
+      for (int h = 1; h < HT; ++h) total += part[h][tid];
+      scores[static_cast<long long>(t) * ld_scores + j] = ksc[tid] * total;
+    }
   }
 }
 

@@ -744,11 +744,13 @@ class StackImpl final : public Stack::Impl {
           // Tensor cores where the shapes allow; else a thread per key once the keys alone
           // fill the SMs, or per (key, head group): those two sum in the same order, so a
           // score's bits do not depend on which of them ran.
-          if (index_mma_ && k::index_mma_fits(d))
+          if (index_mma_ && k::index_mma_fits(d)) {
+            const int per = k::index_mma_tokens(Ta);
             launch(op.c_str(), k::index_scores_mma,
-                   dim3(Ta, (longest_ + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys), k::kIdxMmaThreads,
-                   0, stream_, d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(),
-                   max_len_);
+                   dim3((Ta + per - 1) / per, (longest_ + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
+                   k::kIdxMmaThreads, 0, stream_, d, m, w.q8->get(), w.omega->get(), w.index,
+                   scores_->get(), max_len_, Ta, per);
+          }
           else if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
             launch(op.c_str(), k::index_scores_keys, dim3(Ta, (longest_ + 127) / 128),
                    k::kIdxKeyThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
@@ -1050,7 +1052,8 @@ IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
   const bool mma = k::index_mma_fits(d);
   if (mma)
     k::index_scores_mma<<<dim3(1, (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
-                          k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, c->get(), keys);
+                          k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, c->get(), keys,
+                                               1, 1);
   check(cudaGetLastError(), "index_score_kernels launch");
   run.grouped = download(a->get(), keys);
   run.per_key = download(b->get(), keys);
@@ -1108,6 +1111,76 @@ std::string topk_select_off(int K, const std::vector<int>& lengths, int levels,
     if (got[i] != want[i])
       return "row " + std::to_string(i / K) + " entry " + std::to_string(i % K) + ": " +
              std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
+  return "";
+}
+
+std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t seed) {
+  if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
+  if (tokens < 1 || keys < 2) throw std::invalid_argument("index_scores_blocking: tokens >= 1, keys >= 2");
+  const rng::Stream s(seed, "index-scores-blocking");
+  const auto code = [&](std::uint64_t i) {  // any finite e4m3 code
+    return static_cast<std::uint8_t>(s.below(i, 0x7F) | (s.below(i + (1ull << 40), 2) << 7));
+  };
+  k::Dims d{};
+  d.HI = 64;
+  d.dI = 128;
+  d.B = 64;
+  d.max_blocks = (keys + d.B - 1) / d.B;
+  // Two requests with their own pages; tokens alternate between them in runs (a decode batch
+  // next to a prefill chunk), positions rising within each.
+  const int pages = 2 * d.max_blocks;
+  std::vector<std::uint8_t> kc(static_cast<std::size_t>(pages) * d.B * 128), q8(
+      static_cast<std::size_t>(tokens) * d.HI * 128);
+  std::vector<float> ks(static_cast<std::size_t>(pages) * d.B), om(static_cast<std::size_t>(tokens) * d.HI);
+  std::vector<int> table(pages), pos(tokens), req(tokens);
+  for (std::size_t i = 0; i < kc.size(); ++i) kc[i] = code(i);
+  for (std::size_t i = 0; i < q8.size(); ++i) q8[i] = code(i + kc.size());
+  for (std::size_t i = 0; i < om.size(); ++i) om[i] = static_cast<float>(s.symmetric(5000000 + i));
+  for (std::size_t j = 0; j < ks.size(); ++j)
+    ks[j] = static_cast<float>(std::ldexp(1.0 + s.uniform(6000000 + j), -8));
+  for (int b = 0; b < pages; ++b) table[b] = pages - 1 - b;
+  int next[2] = {keys / 3, keys / 2};
+  for (int t = 0; t < tokens; ++t) {
+    req[t] = (t / 3) % 2;
+    pos[t] = std::min(keys - 1, next[req[t]]++);
+  }
+  const auto dev = [](const auto& host) {
+    using T = typename std::decay_t<decltype(host)>::value_type;
+    auto buf = zeros<T>(host.size());
+    check(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+          "index_scores_blocking upload");
+    return buf;
+  };
+  const auto dk = dev(kc);
+  const auto dq = dev(q8);
+  const auto dks = dev(ks);
+  const auto dom = dev(om);
+  const auto dt = dev(table);
+  const auto dpos = dev(pos);
+  const auto dreq = dev(req);
+  const k::Meta m{dpos->get(), nullptr, dreq->get(), dt->get(), nullptr, nullptr};
+  const k::IndexCache cache{dk->get(), dks->get()};
+  std::vector<float> first;
+  for (int per : {1, 2, 3, 8, 16}) {
+    auto out = zeros<float>(static_cast<std::size_t>(tokens) * keys);
+    k::index_scores_mma<<<dim3((tokens + per - 1) / per, (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
+                          k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, out->get(),
+                                               keys, tokens, per);
+    check(cudaGetLastError(), "index_scores_blocking launch");
+    const std::vector<float> got = download(out->get(), static_cast<std::size_t>(tokens) * keys);
+    if (first.empty()) {
+      first = got;
+      continue;
+    }
+    for (int t = 0; t < tokens; ++t)
+      for (int j = 0; j <= pos[t]; ++j) {
+        const std::size_t i = static_cast<std::size_t>(t) * keys + j;
+        if (std::memcmp(&got[i], &first[i], sizeof(float)) != 0)
+          return std::to_string(per) + " tokens a block, token " + std::to_string(t) + " key " +
+                 std::to_string(j) + ": " + std::to_string(got[i]) + " against " +
+                 std::to_string(first[i]) + " at one token a block";
+      }
+  }
   return "";
 }
 

@@ -41,6 +41,11 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
 /// terms' magnitudes, TESTING.md section 2): "" when all are within it, else the first miss.
 std::string index_scores_off_bound(int heads, int keys, std::uint64_t seed);
 
+/// The tensor-core score kernel with 1, 2, 3, 8 and 16 tokens a block (`tokens` tokens of two
+/// requests in alternating runs, each over up to `keys` cached keys): "" when every score
+/// agrees bit for bit with one token a block, else the first difference.
+std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t seed);
+
 /// indexer_topk's selection kernel on rows of random scores (`levels` > 0: drawn from that
 /// many values, so most keys tie), row t over lengths[t] keys, against the host's K best by
 /// (score, then the smaller position) in position order: "" when it gives exactly that, else
