@@ -599,8 +599,8 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const unsigned (&a)[4], u
 }
 
 __global__ void __launch_bounds__(kIdxMmaThreads)
-    index_scores_mma(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
-                     IndexCache cache, float* scores, int ld_scores, int rows, int per_block) {
+    index_scores_mma(Dims d, Meta m, const std::uint8_t* q8, const float* omega, IndexCache cache,
+                     float* scores, int ld_scores, int rows, int per_block) {
   __shared__ __align__(16) __half qh[kIdxMmaHeads * kIdxMmaRow];
   __shared__ __align__(16) __half kh[kIdxMmaKeys * kIdxMmaRow];
   __shared__ float om[kIdxMmaHeads], ksc[kIdxMmaKeys], part[kIdxMmaHeads / 16][kIdxMmaKeys];
@@ -633,9 +633,9 @@ __global__ void __launch_bounds__(kIdxMmaThreads)
     }
     for (int i = tid; i < HT * 16 * 8; i += blockDim.x) {  // a 16-code piece of a head's q
       const int h = i / 8, piece = i % 8;
-      const uint4 w = h < d.HI ? __ldg(reinterpret_cast<const uint4*>(
-                                     q8 + (static_cast<long long>(t) * d.HI + h) * 128) + piece)
-                               : zero;
+      const auto* row =
+          reinterpret_cast<const uint4*>(q8 + (static_cast<long long>(t) * d.HI + h) * 128);
+      const uint4 w = h < d.HI ? __ldg(row + piece) : zero;
       e4m3x16_to_f16(w, qh + h * kIdxMmaRow + piece * 16);
     }
     for (int h = tid; h < HT * 16; h += blockDim.x)

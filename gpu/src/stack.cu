@@ -89,6 +89,14 @@ std::size_t allow_index_scores_smem(const k::Dims& d) {
   return smem;
 }
 
+/// A device copy of `host` (`what` names it in an error).
+template <class T>
+std::unique_ptr<DeviceBuffer<T>> upload(const std::vector<T>& host, const char* what) {
+  auto buf = zeros<T>(host.size());
+  check(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+  return buf;
+}
+
 template <class T>
 std::vector<T> download(const T* p, std::size_t n) {
   std::vector<T> out(n);
@@ -750,8 +758,7 @@ class StackImpl final : public Stack::Impl {
                    dim3((Ta + per - 1) / per, (longest_ + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
                    k::kIdxMmaThreads, 0, stream_, d, m, w.q8->get(), w.omega->get(), w.index,
                    scores_->get(), max_len_, Ta, per);
-          }
-          else if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
+          } else if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
             launch(op.c_str(), k::index_scores_keys, dim3(Ta, (longest_ + 127) / 128),
                    k::kIdxKeyThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
                    w.omega->get(), w.index, scores_->get(), max_len_);
@@ -1030,13 +1037,7 @@ IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
     run.codes.insert(run.codes.end(), kc.begin() + slot * 128, kc.begin() + (slot + 1) * 128);
     run.kscale.push_back(ks[slot]);
   }
-  const auto dev = [](const auto& host) {
-    using T = typename std::decay_t<decltype(host)>::value_type;
-    auto buf = zeros<T>(host.size());
-    check(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-          "index_score_kernels upload");
-    return buf;
-  };
+  const auto dev = [](const auto& host) { return upload(host, "index_score_kernels upload"); };
   const auto dq = dev(run.q8), dk = dev(kc);
   const auto dom = dev(run.omega), dks = dev(ks);
   const auto dt = dev(table), pos = dev(std::vector<int>{keys - 1}), req = dev(std::vector<int>{0});
@@ -1085,19 +1086,13 @@ std::string topk_select_off(int K, const std::vector<int>& lengths, int levels,
     for (int j = 0; j < lengths[t]; ++j) order[j] = j;
     const float* row = &sc[static_cast<std::size_t>(t) * width];
     const int take = std::min(K, lengths[t]);
-    std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int a, int b) {
-      return row[a] > row[b] || (row[a] == row[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + take, order.end(),
+                      [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
     std::sort(order.begin(), order.begin() + take);
-    std::copy(order.begin(), order.begin() + take, want.begin() + static_cast<std::ptrdiff_t>(t) * K);
+    std::copy(order.begin(), order.begin() + take,
+              want.begin() + static_cast<std::ptrdiff_t>(t) * K);
   }
-  const auto dev = [](const auto& host) {
-    using T = typename std::decay_t<decltype(host)>::value_type;
-    auto buf = zeros<T>(host.size());
-    check(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-          "topk_select_off upload");
-    return buf;
-  };
+  const auto dev = [](const auto& host) { return upload(host, "topk_select_off upload"); };
   const auto dsc = dev(sc);
   const auto dpos = dev(positions);
   k::Dims d{};
@@ -1116,7 +1111,8 @@ std::string topk_select_off(int K, const std::vector<int>& lengths, int levels,
 
 std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t seed) {
   if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
-  if (tokens < 1 || keys < 2) throw std::invalid_argument("index_scores_blocking: tokens >= 1, keys >= 2");
+  if (tokens < 1 || keys < 2)
+    throw std::invalid_argument("index_scores_blocking: tokens >= 1, keys >= 2");
   const rng::Stream s(seed, "index-scores-blocking");
   const auto code = [&](std::uint64_t i) {  // any finite e4m3 code
     return static_cast<std::uint8_t>(s.below(i, 0x7F) | (s.below(i + (1ull << 40), 2) << 7));
@@ -1129,9 +1125,10 @@ std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t 
   // Two requests with their own pages; tokens alternate between them in runs (a decode batch
   // next to a prefill chunk), positions rising within each.
   const int pages = 2 * d.max_blocks;
-  std::vector<std::uint8_t> kc(static_cast<std::size_t>(pages) * d.B * 128), q8(
-      static_cast<std::size_t>(tokens) * d.HI * 128);
-  std::vector<float> ks(static_cast<std::size_t>(pages) * d.B), om(static_cast<std::size_t>(tokens) * d.HI);
+  std::vector<std::uint8_t> kc(static_cast<std::size_t>(pages) * d.B * 128),
+      q8(static_cast<std::size_t>(tokens) * d.HI * 128);
+  std::vector<float> ks(static_cast<std::size_t>(pages) * d.B),
+      om(static_cast<std::size_t>(tokens) * d.HI);
   std::vector<int> table(pages), pos(tokens), req(tokens);
   for (std::size_t i = 0; i < kc.size(); ++i) kc[i] = code(i);
   for (std::size_t i = 0; i < q8.size(); ++i) q8[i] = code(i + kc.size());
@@ -1144,13 +1141,7 @@ std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t 
     req[t] = (t / 3) % 2;
     pos[t] = std::min(keys - 1, next[req[t]]++);
   }
-  const auto dev = [](const auto& host) {
-    using T = typename std::decay_t<decltype(host)>::value_type;
-    auto buf = zeros<T>(host.size());
-    check(cudaMemcpy(buf->get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-          "index_scores_blocking upload");
-    return buf;
-  };
+  const auto dev = [](const auto& host) { return upload(host, "index_scores_blocking upload"); };
   const auto dk = dev(kc);
   const auto dq = dev(q8);
   const auto dks = dev(ks);
@@ -1163,9 +1154,10 @@ std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t 
   std::vector<float> first;
   for (int per : {1, 2, 3, 8, 16}) {
     auto out = zeros<float>(static_cast<std::size_t>(tokens) * keys);
-    k::index_scores_mma<<<dim3((tokens + per - 1) / per, (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
-                          k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, out->get(),
-                                               keys, tokens, per);
+    k::index_scores_mma<<<dim3((tokens + per - 1) / per,
+                               (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
+                          k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, out->get(), keys,
+                                               tokens, per);
     check(cudaGetLastError(), "index_scores_blocking launch");
     const std::vector<float> got = download(out->get(), static_cast<std::size_t>(tokens) * keys);
     if (first.empty()) {
