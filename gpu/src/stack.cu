@@ -197,14 +197,13 @@ class StackImpl final : public Stack::Impl {
     check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute");
     allow_index_scores_smem(dims());
-    static_assert(k::kGemvMaxRows == 4, "uk_small's instantiations, rows 1-4");
-    for (const void* f : {reinterpret_cast<const void*>(k::uk_small<S, 1>),
-                          reinterpret_cast<const void*>(k::uk_small<S, 2>),
-                          reinterpret_cast<const void*>(k::uk_small<S, 3>),
-                          reinterpret_cast<const void*>(k::uk_small<S, 4>)})
-      check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(k::kUkSmemMax)),
-            "uk_small shared memory");
+    for (int rows = 1; rows <= k::kGemvMaxRows; ++rows)  // every uk_small instantiation
+      with_rows(rows, [](auto R) {
+        check(cudaFuncSetAttribute(k::uk_small<S, decltype(R)::value>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(k::kUkSmemMax)),
+              "uk_small shared memory");
+      });
     check(cudaDeviceSynchronize(), "stack setup");
   }
 
@@ -1001,6 +1000,11 @@ Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_
 
 namespace {
 
+/// Element i of a counter-RNG stream of e4m3 codes: any finite code (0x7F / 0xFF are NaN).
+std::uint8_t random_e4m3(const rng::Stream& s, std::uint64_t i) {
+  return static_cast<std::uint8_t>(s.below(i, 0x7F) | (s.below(i + (1ull << 40), 2) << 7));
+}
+
 /// One random token's index scores from every score kernel (see index_score_kernels_disagree).
 struct IndexScoreRun {
   std::vector<std::uint8_t> q8, codes;  // (heads, 128); (keys, 128) in position order
@@ -1012,9 +1016,7 @@ IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
   if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
   if (heads < 1 || keys < 1) throw std::invalid_argument("index_score_kernels: heads, keys >= 1");
   const rng::Stream s(seed, "index-score-kernels");
-  const auto code = [&](std::uint64_t i) {  // any finite e4m3 code (0x7F / 0xFF are NaN)
-    return static_cast<std::uint8_t>(s.below(i, 0x7F) | (s.below(i + (1ull << 40), 2) << 7));
-  };
+  const auto code = [&](std::uint64_t i) { return random_e4m3(s, i); };
   k::Dims d{};
   d.HI = heads;
   d.dI = 128;
@@ -1114,9 +1116,7 @@ std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t 
   if (tokens < 1 || keys < 2)
     throw std::invalid_argument("index_scores_blocking: tokens >= 1, keys >= 2");
   const rng::Stream s(seed, "index-scores-blocking");
-  const auto code = [&](std::uint64_t i) {  // any finite e4m3 code
-    return static_cast<std::uint8_t>(s.below(i, 0x7F) | (s.below(i + (1ull << 40), 2) << 7));
-  };
+  const auto code = [&](std::uint64_t i) { return random_e4m3(s, i); };
   k::Dims d{};
   d.HI = 64;
   d.dI = 128;
