@@ -80,22 +80,19 @@ void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
        j.failures.empty() ? fmt::format("{} stages, {} top-k rows; worst {:.2f} of its gate at {}",
                                         j.stages, j.topk_rows, j.worst, j.worst_where)
                           : j.failures.front()});
-  for (const std::string& name : gpu::plan_names()) {
-    if (name == "eager") continue;
-    const gpu::Plan plan = gpu::plan_preset(name, gc.cfg);
-    gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, T);
-    std::vector<StepTrace> got;
-    std::string structure;
-    for (const StepInput& in : gc.steps) {
-      if (structure.empty()) structure = stack.capture(plan, in.capture_size).structure;
-      got.push_back(stack.run(plan, in));
-    }
-    const std::string diff = gpu::first_difference(gc.cfg, eager, got);
-    rows.push_back({"gpu plan " + name + " (T3 vs T2)", diff.empty() ? "pass" : "FAIL",
-                    diff.empty() ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
-                                               "oracle gate worst {:.2f}",
-                                               gc.steps.size(), structure, j.worst)
-                                 : diff});
+  for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks,
+                                                          gc.steps, gpu::plan_names(), eager)) {
+    // The segments of the plan's capture at the first step's capture size (the row's detail).
+    const std::string structure =
+        gpu::Stack(gc.cfg, gc.weights, gc.num_blocks, T)
+            .capture(gpu::plan_preset(c.plan, gc.cfg), gc.steps.front().capture_size)
+            .structure;
+    rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? "pass" : "FAIL",
+                    c.difference.empty()
+                        ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
+                                      "oracle gate worst {:.2f}",
+                                      gc.steps.size(), structure, j.worst)
+                        : c.difference});
   }
 }
 
@@ -115,16 +112,13 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
   const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
   if (!j.failures.empty() || j.stages == 0)
     return {what, "FAIL", j.failures.empty() ? "nothing compared" : j.failures.front()};
-  int plans = 0;
-  for (const std::string& name : gpu::plan_names()) {
-    if (name == "eager") continue;
-    if (const std::string diff = gpu::first_difference(gc.cfg, eager, run(name)); !diff.empty())
-      return {what, "FAIL", "plan " + name + ": " + diff};
-    ++plans;
-  }
+  const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(
+      gc.cfg, gc.weights, gc.num_blocks, gc.steps, gpu::plan_names(), eager, tp);
+  for (const gpu::PlanCheck& c : checks)
+    if (!c.difference.empty()) return {what, "FAIL", "plan " + c.plan + ": " + c.difference};
   return {what, "pass",
-          fmt::format("{} plans bitwise equal to tp eager; oracle gate worst {:.2f} at {}", plans,
-                      j.worst, j.worst_where)};
+          fmt::format("{} plans bitwise equal to tp eager; oracle gate worst {:.2f} at {}",
+                      checks.size(), j.worst, j.worst_where)};
 }
 #endif
 

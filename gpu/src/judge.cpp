@@ -3,6 +3,9 @@
 #include <map>
 #include <utility>
 
+#include "dsv32/gpu/plan.hpp"
+#include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/tp.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32::gpu {
@@ -118,6 +121,25 @@ std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
   if (d.stage == "steps") return d.detail;
   return "step" + std::to_string(d.step) + "/" +
          (d.layer < 0 ? std::string() : "layer" + std::to_string(d.layer) + "/") + d.detail;
+}
+
+std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& weights,
+                                           int num_blocks, const std::vector<StepInput>& steps,
+                                           const std::vector<std::string>& plans,
+                                           const std::vector<StepTrace>& eager, int tp) {
+  std::vector<PlanCheck> out;
+  for (const std::string& name : plans) {
+    if (name == "eager") continue;
+    PlanCheck c;
+    c.plan = name;
+    const Plan plan = plan_preset(name, cfg);
+    const std::vector<StepTrace> got =
+        tp > 1 ? run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures)
+               : run_steps(cfg, weights, num_blocks, steps, plan, "", &c.captures);
+    c.difference = first_difference(cfg, eager, got);
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 }  // namespace dsv32::gpu

@@ -388,6 +388,15 @@ __host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
 /// and each lane writes its four values in an order rotated by wl, so that a warp's 32 stores
 /// hit 32 different banks (in plain order all 32 lanes hit one bank: a block spent longer
 /// staging q than computing the scores).
+/// Staged word w of a token's query codes (stage_index_q's order): head u of its chunk of
+/// kIdxChunk heads, word wl (4 codes) of the head's 32, chunk group gc.
+struct IndexQWord {
+  int u, wl, gc;
+};
+__device__ __forceinline__ IndexQWord index_q_word(int w) {
+  return {w % kIdxChunk, (w / kIdxChunk) % 32, w / (kIdxChunk * 32)};
+}
+
 __device__ __forceinline__ void stage_index_q(const Dims& d, int t, const std::uint8_t* q8,
                                               const float* omega, float* sq) {
   const int n = index_q_floats(d), C = index_chunks(d);
@@ -399,19 +408,19 @@ __device__ __forceinline__ void stage_index_q(const Dims& d, int t, const std::u
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int w = w0 + b * blockDim.x;
-      const int u = w % kIdxChunk, wl = (w / kIdxChunk) % 32, gc = w / (kIdxChunk * 32);
-      const int h = gc / C + kIdxGroups * ((gc % C) * kIdxChunk + u);
-      word[b] = w < n / 4 && h < d.HI ? src[h * 32 + wl] : 0u;  // code 0 is +0
+      const IndexQWord p = index_q_word(w);
+      const int h = p.gc / C + kIdxGroups * ((p.gc % C) * kIdxChunk + p.u);
+      word[b] = w < n / 4 && h < d.HI ? src[h * 32 + p.wl] : 0u;  // code 0 is +0
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int w = w0 + b * blockDim.x;
       if (w >= n / 4) break;
-      const int u = w % kIdxChunk, wl = (w / kIdxChunk) % 32, gc = w / (kIdxChunk * 32);
-      float* dst = sq + (gc * 128 + 4 * wl) * kIdxChunk + u;
+      const IndexQWord p = index_q_word(w);
+      float* dst = sq + (p.gc * 128 + 4 * p.wl) * kIdxChunk + p.u;
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int q = (r + wl) & 3;
+        const int q = (r + p.wl) & 3;
         dst[q * kIdxChunk] = e4m3_to_float(static_cast<std::uint8_t>(word[b] >> (8 * q)));
       }
     }

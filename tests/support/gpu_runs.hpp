@@ -45,14 +45,11 @@ inline std::string check_plans(const Config& cfg, const std::shared_ptr<const We
            " failures)";
   std::set<int> sizes;
   for (const StepInput& in : steps) sizes.insert(in.capture_size);
-  for (const std::string& plan : plans) {
-    if (plan == "eager") continue;
-    int captures = 0;
-    const std::vector<StepTrace> got = run_plan(cfg, *w, num_blocks, steps, plan, &captures, tp);
-    if (std::string d = gpu::first_difference(cfg, base, got); !d.empty())
-      return "plan " + plan + " differs from eager: " + d;
-    if (captures != static_cast<int>(sizes.size()))
-      return "plan " + plan + " holds " + std::to_string(captures) + " captures for " +
+  for (const gpu::PlanCheck& c :
+       gpu::check_plans_bitwise(cfg, *w, num_blocks, steps, plans, base, tp)) {
+    if (!c.difference.empty()) return "plan " + c.plan + " differs from eager: " + c.difference;
+    if (c.captures != static_cast<int>(sizes.size()))
+      return "plan " + c.plan + " holds " + std::to_string(c.captures) + " captures for " +
              std::to_string(sizes.size()) + " capture sizes";
   }
   return "";

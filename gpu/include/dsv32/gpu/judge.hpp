@@ -50,4 +50,20 @@ Divergence first_divergence(const Config& cfg, const std::vector<StepTrace>& a,
 std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
                              const std::vector<StepTrace>& b);
 
+/// One plan's run of some steps against `eager`'s run of the same steps.
+struct PlanCheck {
+  std::string plan;
+  std::string difference;  // the first bitwise difference from eager; "" when equal
+  int captures = 0;        // captures the stack (each rank) held after the steps
+};
+
+/// BOUNDARIES.md section 3's first invariant, shared by the plan tests and `dsv32 selfcheck`:
+/// each of `plans` but `eager`, run over `steps` on a fresh stack (tp > 1: a fresh
+/// tensor-parallel group, its ranks' traces merged), compared bit for bit with `eager`'s traces
+/// of the same steps, in the order given.
+std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& weights,
+                                           int num_blocks, const std::vector<StepInput>& steps,
+                                           const std::vector<std::string>& plans,
+                                           const std::vector<StepTrace>& eager, int tp = 1);
+
 }  // namespace dsv32::gpu
