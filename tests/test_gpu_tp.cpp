@@ -121,5 +121,40 @@ TEST_P(GpuTpRanks, RanksMergedOutOfOrderFailTheOracle) {
 INSTANTIATE_TEST_SUITE_P(Sizes, GpuTpRanks, ::testing::Values(2, 4),
                          [](const auto& p) { return "tp" + std::to_string(p.param); });
 
+class GpuTpFailure : public ::testing::TestWithParam<int> {};
+
+// A rank that fails while the others wait for it in o_proj's all-gather must not hang the
+// group: the communicators are aborted, the step throws naming the rank, the group refuses
+// further calls, and a new group on the same GPUs computes the same bits as before.
+TEST_P(GpuTpFailure, ARankThatFailsAbortsTheGroupInsteadOfHanging) {
+  const int tp = GetParam();
+  DSV32_REQUIRE_TP(tp);
+  const golden::GoldenCase gc = golden::read(fixture("default"));
+  const gpu::Plan eager = gpu::plan_preset("eager", gc.cfg);
+  const std::vector<StepInput> first{gc.steps.front()};
+  std::vector<StepTrace> before;
+  {
+    gpu::TpGroup group(gc.cfg, gc.weights, tp, gc.num_blocks, testing::max_capture(gc));
+    before.push_back(group.run(eager, first.front()));
+    group.inject_rank_failure(tp - 1);
+    std::string error;
+    try {
+      group.run(eager, first.front());
+    } catch (const gpu::TpError& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("rank " + std::to_string(tp - 1) + ": injected failure"),
+              std::string::npos)
+        << "the step's error: '" << error << "'";
+    EXPECT_THROW(group.run(eager, first.front()), gpu::TpError) << "a broken group must refuse";
+  }
+  const std::vector<StepTrace> after =
+      gpu::run_steps_tp(gc.cfg, gc.weights, tp, gc.num_blocks, first, eager);
+  EXPECT_EQ(gpu::first_difference(gc.cfg, before, after), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, GpuTpFailure, ::testing::Values(2, 4),
+                         [](const auto& p) { return "tp" + std::to_string(p.param); });
+
 }  // namespace
 }  // namespace dsv32

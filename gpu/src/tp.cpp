@@ -10,6 +10,8 @@
 #include <functional>
 #include <future>
 #include <set>
+#include <thread>
+#include <utility>
 
 #include "dsv32/gpu/device.hpp"
 
@@ -145,6 +147,7 @@ struct TpGroup::Impl {
   std::vector<std::unique_ptr<Stack>> stacks;
   std::vector<StepTrace> last;
   std::string broken;  // why the group refuses calls ("" while usable)
+  int inject_rank = -1;  // inject_rank_failure: the rank whose next run throws
 
   /// Runs f(rank) on every rank, one thread each (inline for one rank). When a rank throws, the
   /// others may wait for it inside a collective forever: the communicators are aborted, every
@@ -242,8 +245,22 @@ int TpGroup::size() const {
 StepTrace TpGroup::run(const Plan& plan, const StepInput& in) {
   Impl& m = *impl_;
   m.last.assign(m.tp, StepTrace{});
-  m.each_rank([&](int r) { m.last[r] = m.stacks[r]->run(plan, in); });
+  const int inject = std::exchange(m.inject_rank, -1);
+  m.each_rank([&](int r) {
+    if (r == inject) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others reach o_proj
+      throw TpError("injected failure");
+    }
+    m.last[r] = m.stacks[r]->run(plan, in);
+  });
   return merge_rank_traces(m.cfg, m.last);
+}
+
+void TpGroup::inject_rank_failure(int rank) {
+  if (rank < 0 || rank >= impl_->tp)
+    throw TpError("inject_rank_failure: rank " + std::to_string(rank) + " of a group of " +
+                  std::to_string(impl_->tp));
+  impl_->inject_rank = rank;
 }
 
 const std::vector<StepTrace>& TpGroup::rank_traces() const {

@@ -52,6 +52,10 @@ class TpGroup {
   /// Stack::run) and returns the merged trace. A rank that fails aborts the group's NCCL
   /// communicators (the others would wait for it forever); the group then refuses every call.
   StepTrace run(const Plan& plan, const StepInput& in);
+  /// Fault injection, for tests: on the next run(), `rank` throws TpError ("injected
+  /// failure") 100 ms in without joining o_proj's all-gather, as a rank that fails mid-step
+  /// would, while the other ranks go on into the collective and wait there for it.
+  void inject_rank_failure(int rank);
   /// Each rank's own trace of the last step run.
   const std::vector<StepTrace>& rank_traces() const;
   /// Captures held per rank (every rank holds the same number).
