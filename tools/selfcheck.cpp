@@ -70,7 +70,6 @@ Verdict goldens(const Options& o) {
 #if DSV32_HAVE_CUDA
 /// Every plan on the GPU: bitwise equal to `eager`, and `eager` within the oracle's gates.
 void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
-  const int T = max_capture_size(gc.steps);
   const auto w = std::make_shared<const Weights>(gc.weights);
   const std::vector<StepTrace> eager = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks,
                                                       gc.steps, gpu::plan_preset("eager", gc.cfg));
@@ -82,16 +81,11 @@ void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
                           : j.failures.front()});
   for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks,
                                                           gc.steps, gpu::plan_names(), eager)) {
-    // The segments of the plan's capture at the first step's capture size (the row's detail).
-    const std::string structure =
-        gpu::Stack(gc.cfg, gc.weights, gc.num_blocks, T)
-            .capture(gpu::plan_preset(c.plan, gc.cfg), gc.steps.front().capture_size)
-            .structure;
     rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? "pass" : "FAIL",
                     c.difference.empty()
                         ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
                                       "oracle gate worst {:.2f}",
-                                      gc.steps.size(), structure, j.worst)
+                                      gc.steps.size(), c.structure, j.worst)
                         : c.difference});
   }
 }
@@ -104,11 +98,8 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
     return {what, "not run", fmt::format("{} heads do not divide by {}", gc.cfg.num_heads, tp)};
   if (const std::string why = gpu::no_tp_reason(tp); !why.empty()) return {what, "not run", why};
   const auto w = std::make_shared<const Weights>(gc.weights);
-  const auto run = [&](const std::string& plan) {
-    return gpu::run_steps_tp(gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps,
-                             gpu::plan_preset(plan, gc.cfg));
-  };
-  const std::vector<StepTrace> eager = run("eager");
+  const std::vector<StepTrace> eager = gpu::run_steps_tp(
+      gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps, gpu::plan_preset("eager", gc.cfg));
   const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
   if (!j.failures.empty() || j.stages == 0)
     return {what, "FAIL", j.failures.empty() ? "nothing compared" : j.failures.front()};

@@ -133,9 +133,16 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
     PlanCheck c;
     c.plan = name;
     const Plan plan = plan_preset(name, cfg);
-    const std::vector<StepTrace> got =
-        tp > 1 ? run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures)
-               : run_steps(cfg, weights, num_blocks, steps, plan, "", &c.captures);
+    std::vector<StepTrace> got;
+    if (tp > 1) {
+      got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);
+    } else {
+      Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
+      if (plan.capture && !steps.empty())
+        c.structure = stack.capture(plan, steps.front().capture_size).structure;
+      for (const StepInput& in : steps) got.push_back(stack.run(plan, in));
+      c.captures = stack.capture_count();
+    }
     c.difference = first_difference(cfg, eager, got);
     out.push_back(std::move(c));
   }

@@ -380,14 +380,6 @@ __host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
           kIdxBlockKeys * (129 + kIdxGroups + 1));
 }
 
-/// Stages the token's q8 codes (as floats; 0 for the padding heads h >= HI) and omegas in
-/// shared memory: q of head h = g + kIdxGroups (c kIdxChunk + u), dimension i at
-/// ((g C + c) 128 + i) kIdxChunk + u, C = index_chunks(d); then the HI omegas. Work item w
-/// reads one 4-byte word (dimensions 4 wl .. 4 wl + 3) of head u of chunk (g, c) = w / 256, a
-/// thread's words loaded together, then stored: the 32 lanes of a warp cover 8 heads x 4 words,
-/// and each lane writes its four values in an order rotated by wl, so that a warp's 32 stores
-/// hit 32 different banks (in plain order all 32 lanes hit one bank: a block spent longer
-/// staging q than computing the scores).
 /// Staged word w of a token's query codes (stage_index_q's order): head u of its chunk of
 /// kIdxChunk heads, word wl (4 codes) of the head's 32, chunk group gc.
 struct IndexQWord {
@@ -397,6 +389,14 @@ __device__ __forceinline__ IndexQWord index_q_word(int w) {
   return {w % kIdxChunk, (w / kIdxChunk) % 32, w / (kIdxChunk * 32)};
 }
 
+/// Stages the token's q8 codes (as floats; 0 for the padding heads h >= HI) and omegas in
+/// shared memory: q of head h = g + kIdxGroups (c kIdxChunk + u), dimension i at
+/// ((g C + c) 128 + i) kIdxChunk + u, C = index_chunks(d); then the HI omegas. Work item w
+/// reads one 4-byte word (dimensions 4 wl .. 4 wl + 3) of head u of chunk (g, c) = w / 256, a
+/// thread's words loaded together, then stored: the 32 lanes of a warp cover 8 heads x 4 words,
+/// and each lane writes its four values in an order rotated by wl, so that a warp's 32 stores
+/// hit 32 different banks (in plain order all 32 lanes hit one bank: a block spent longer
+/// staging q than computing the scores).
 __device__ __forceinline__ void stage_index_q(const Dims& d, int t, const std::uint8_t* q8,
                                               const float* omega, float* sq) {
   const int n = index_q_floats(d), C = index_chunks(d);
