@@ -28,6 +28,12 @@ logged() {
 # Packages a GPU image may lack (RapidCheck, CLI11, fmt, nlohmann-json) come unpacked in
 # .deps/root (tools/gpu-deps.sh, run where apt works); the gpu preset searches there first.
 { nvidia-smi; nvcc --version; cmake --version | head -n1; } >"$out/machine.txt" 2>&1
+# Which tree this run measured: the sources' digest (compare with tools/source-fingerprint.sh on
+# the checkout that was sent; a copied tree's git metadata may be stale) and git's view of it.
+{
+  echo "sources sha256 $(bash tools/source-fingerprint.sh .)"
+  echo "git HEAD $(git rev-parse HEAD 2>/dev/null || echo none), $(git status --porcelain 2>/dev/null | wc -l) paths differ from it"
+} | tee "$out/source.txt"
 logged "$out/build.log" cmake --preset gpu
 logged "$out/build.log" cmake --build --preset gpu -j "$jobs"
 # Two single-GPU tests share a GPU at a time; a tensor-parallel test takes whole GPUs.
