@@ -2,12 +2,14 @@
 // golden case, a full-size case, bitwise repeatability, and poisoned padding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
 
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/plan.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "support/golden_cases.hpp"
@@ -88,6 +90,36 @@ TEST(GpuEagerPadding, PoisonedPaddedRowsChangeNoRealRow) {
       for (double v : ta.output.data) ASSERT_TRUE(std::isfinite(v));
     }
   }
+}
+
+// `dsv32 bench-gpu --ablate` times a step with one launch left out: every launch is labelled by
+// its op, leaving one out must change the step (else the benchmark times nothing), and
+// skip_launch("") must bring back the step's own bits.
+TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
+  DSV32_REQUIRE_GPU();
+  const golden::GoldenCase gc = golden::read(fixture("default"));
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
+  for (std::size_t s = 0; s + 1 < gc.steps.size(); ++s) stack.step(gc.steps[s]);
+  const StepInput& last = gc.steps.back();
+  const std::vector<std::string> labels = stack.launch_labels(last);
+  ASSERT_FALSE(labels.empty());
+  for (const std::string& l : labels) {
+    const std::string op = l.substr(0, l.find(':'));
+    EXPECT_NE(std::find(gpu::op_names().begin(), gpu::op_names().end(), op), gpu::op_names().end())
+        << "label " << l << " names no op";
+    EXPECT_GT(l.size(), op.size() + 1) << "label " << l << " names no kernel";
+  }
+  for (const char* want : {"input_norm:rmsnorm", "residual_add:residual_add"})
+    EXPECT_NE(std::find(labels.begin(), labels.end(), want), labels.end()) << want;
+  const StepTrace ref = stack.step(last);
+  stack.skip_launch("residual_add:residual_add");
+  const StepTrace without = stack.step(last);
+  EXPECT_FALSE(compare_abs(without.output, ref.output, 0.0).pass)
+      << "leaving residual_add out changed nothing";
+  stack.skip_launch("");
+  const StepTrace again = stack.step(last);
+  const CompareResult r = compare_abs(again.output, ref.output, 0.0);
+  EXPECT_TRUE(r.pass) << "after skip_launch(\"\"): " << r.summary();
 }
 
 TEST(GpuErrors, BadInputsGiveClearErrors) {

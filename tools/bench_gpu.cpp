@@ -2,11 +2,12 @@
 // batches at a long synthesized context, with each plan's ratio to `eager` in the same run.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "commands.hpp"
 #include "dsv32/oracle/numerics.hpp"
@@ -32,6 +33,7 @@ struct Options {
   std::vector<std::string> per_op_presets = {"dsv32", "dsv32-tp4"};
   std::vector<int> per_op_tokens = {1, 8, 64, 512};
   std::vector<int> tp = {1};
+  bool ablate = false;
 };
 
 #if DSV32_HAVE_CUDA
@@ -177,15 +179,86 @@ int run_per_op(const Options& o) {
   if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
   return kExitPass;
 }
+
+/// What each launch of one F layer costs the step: the layer timed (eager and narrow) with each
+/// distinct launch left out in turn, against the layer with all of them (timed first and last).
+/// The step's results are wrong by design while a launch is left out; only its time is used.
+int run_ablate(const Options& o) {
+  Config cfg = preset(o.preset);
+  cfg.num_layers = 1;
+  cfg.index_topk_pattern = "F";
+  cfg.validate();
+  const Weights w = Weights::generate(cfg, 1);
+  fmt::print(
+      "bench-gpu --ablate: one F layer of {} (H = {}), context {}, {} timed replays per "
+      "cell, {}\n",
+      o.preset, cfg.num_heads, o.context, o.repeats, gpu::device_summary());
+  nlohmann::json out{{"preset", o.preset}, {"context", o.context}, {"repeats", o.repeats}};
+  const gpu::Plan eager = gpu::plan_preset("eager", cfg), narrow = gpu::plan_preset("narrow", cfg);
+  for (int T : o.decode) {
+    const int blocks = T * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
+    const StepInput in = decode_step(cfg, T, o.context, blocks);
+    gpu::Stack stack(cfg, w, blocks, T);
+    stack.synthesize_context(in);
+    std::vector<std::string> labels;
+    for (const std::string& l : stack.launch_labels(in))
+      if (std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
+    const auto time_without = [&](const std::string& label) {
+      stack.skip_launch(label);
+      const double e = stack.time_step(eager, in, o.repeats) * 1e3;
+      const double n = stack.time_step(narrow, in, o.repeats) * 1e3;
+      stack.skip_launch("");
+      return std::pair{e, n};
+    };
+    const auto first = time_without("");
+    std::vector<std::pair<std::string, std::pair<double, double>>> rows;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      rows.emplace_back(labels[i], time_without(labels[i]));
+      fmt::print(stderr, "  T={} {}/{} {}\n", T, i + 1, labels.size(), labels[i]);
+    }
+    const auto last = time_without("");
+    const double base_e = (first.first + last.first) / 2, base_n = (first.second + last.second) / 2;
+    fmt::print(
+        "\nT = {}: us a step with the launch left out, and the change from the mean of the "
+        "two baselines\n{:<36} {:>10} {:>8} {:>10} {:>8}\n",
+        T, "launch left out", "eager", "change", "narrow", "change");
+    fmt::print("{:<36} {:>10.1f} {:>8} {:>10.1f} {:>8}\n", "(none, first)", first.first, "",
+               first.second, "");
+    nlohmann::json tj{
+        {"T", T},
+        {"baseline_us",
+         {{"eager", {first.first, last.first}}, {"narrow", {first.second, last.second}}}}};
+    for (const auto& [label, t] : rows) {
+      fmt::print("{:<36} {:>10.1f} {:>+8.1f} {:>10.1f} {:>+8.1f}\n", label, t.first,
+                 t.first - base_e, t.second, t.second - base_n);
+      tj["without"].push_back({{"launch", label}, {"eager_us", t.first}, {"narrow_us", t.second}});
+    }
+    fmt::print("{:<36} {:>10.1f} {:>8} {:>10.1f} {:>8}\n", "(none, last)", last.first, "",
+               last.second, "");
+    out["tokens"].push_back(tj);
+  }
+  fmt::print(
+      "A launch left out leaves its outputs as the step before wrote them: the step's "
+      "results are wrong by design, only its time counts.\n");
+  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  return kExitPass;
+}
 #endif
 
 int run(const Options& o) {
+  if (o.per_op && o.ablate) {
+    fmt::print(stderr,
+               "dsv32 bench-gpu: --per-op and --ablate are two different benchmarks; "
+               "give one\n");
+    return kExitUsage;
+  }
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_device_reason(); !why.empty()) {
     fmt::print(stderr, "dsv32 bench-gpu: {}\n", why);
     return kExitUsage;
   }
   if (o.per_op) return run_per_op(o);
+  if (o.ablate) return run_ablate(o);
   Config cfg = preset(o.preset);
   cfg.num_layers = o.layers;
   cfg.index_topk_pattern = std::string(1, 'F') + std::string(o.layers - 1, 'F');
@@ -264,6 +337,10 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
   sub->add_flag("--per-op-eager", o->per_op_eager,
                 "Launch each op's repeats eagerly (host launches included) instead of timing "
                 "them captured as one CUDA graph");
+  sub->add_flag("--ablate", o->ablate,
+                "What each launch of one F layer of --preset costs the step: the layer timed "
+                "(eager and narrow) with each launch left out in turn, at --decode sizes and "
+                "--context (the results are wrong by design; only the time counts)");
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

@@ -1,6 +1,7 @@
 #include "dsv32/gpu/stack.hpp"
 
 #include <cublas_v2.h>
+#include <cxxabi.h>
 
 #include <algorithm>
 #include <array>
@@ -117,6 +118,8 @@ struct Stack::Impl {
   virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
                                                                int repeats, bool graph) = 0;
+  virtual void skip_launch(const std::string& label) = 0;
+  virtual std::vector<std::string> launch_labels(const StepInput& in) = 0;
   Config cfg;
   int device = 0;
 };
@@ -385,6 +388,24 @@ class StackImpl final : public Stack::Impl {
     baked_short_.clear();
   }
 
+  void skip_launch(const std::string& label) override {
+    skip_ = label;
+    captures_.clear();  // a capture recorded with a launch missing must not replay for a step
+  }
+
+  std::vector<std::string> launch_labels(const StepInput& in) override {
+    labels_.clear();
+    record_ = true;
+    try {
+      run(plan_preset("eager", cfg), in, false);
+    } catch (...) {
+      record_ = false;
+      throw;
+    }
+    record_ = false;
+    return labels_;
+  }
+
  private:
   /// Milliseconds the work `launch` enqueues on the stack's stream takes (CUDA events).
   template <class F>
@@ -571,6 +592,34 @@ class StackImpl final : public Stack::Impl {
           "rope table");
   }
 
+  /// Timing ablation (Stack::skip_launch, Stack::launch_labels): records `label` while labels
+  /// are recorded; true when it is the launch to skip.
+  bool bypass(const std::string& label) {
+    if (record_) labels_.push_back(label);
+    return !skip_.empty() && label == skip_;
+  }
+  /// A cuBLAS call of op `op` ("op:cuBLAS what"): true when it is the launch to skip.
+  bool bypass_blas(const std::string& op, const char* what) {
+    return (record_ || !skip_.empty()) && bypass(op + ":cuBLAS " + what);
+  }
+  /// A kernel's name without namespaces, template arguments or parameters ("gemv").
+  static std::string kernel_label(const void* kernel) {
+    const char* mangled = nullptr;
+    if (cudaFuncGetName(&mangled, kernel) != cudaSuccess || mangled == nullptr) {
+      cudaGetLastError();
+      return "kernel";
+    }
+    int status = 0;
+    char* plain = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    std::string name = status == 0 && plain ? plain : mangled;
+    std::free(plain);
+    name = name.substr(0, name.find('('));
+    name = name.substr(0, name.find('<'));
+    if (const auto at = name.rfind("::"); at != std::string::npos) name = name.substr(at + 2);
+    if (const auto at = name.rfind(' '); at != std::string::npos) name = name.substr(at + 1);
+    return name;
+  }
+
   /// Launches one of the ops' kernels on stream s, with programmatic stream serialization
   /// unless DSV32_PDL=0 (k::stream_order; docs/DECISIONS.md, "PDL"). `what` names the op in
   /// the error.
@@ -587,6 +636,9 @@ class StackImpl final : public Stack::Impl {
     c.stream = s;
     c.attrs = &attr;
     c.numAttrs = pdl_ ? 1 : 0;
+    if ((record_ || !skip_.empty()) &&
+        bypass(std::string(what) + ":" + kernel_label(reinterpret_cast<const void*>(kernel))))
+      return;
     check(cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...), what);
   }
 
@@ -635,6 +687,7 @@ class StackImpl final : public Stack::Impl {
       gemv(x, ldx, 0, w, 0, y, ldy, 0, 1, rows, n, kdim, op);
       return;
     }
+    if (bypass_blas(op, "GEMM")) return;
     const float one = 1.f, zero = 0.f;
     check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w, cuda_type<S>(),
                             kdim, x, cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy,
@@ -665,6 +718,7 @@ class StackImpl final : public Stack::Impl {
   void uv_gemm(int l, const S* olat, S* o, cudaStream_t s) {
     const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
               dv = cfg.v_head_dim;
+    if (bypass_blas("uv_proj", "batched GEMM")) return;
     const float one = 1.f, zero = 0.f;
     if (s != stream_) check_blas(cublasSetStream(blas_, s), "uv_proj stream");
     // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
@@ -715,7 +769,7 @@ class StackImpl final : public Stack::Impl {
                  k::uk_small_smem<S>(d, T), stream_, d, w.q->get(), w.w_kv_b->get(),
                  w.qpack->get());
         });
-      } else {
+      } else if (!bypass_blas(op, "batched GEMM")) {
         check_blas(cublasGemmStridedBatchedEx(
                        blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(),
                        cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(),
@@ -793,6 +847,7 @@ class StackImpl final : public Stack::Impl {
                                  const float* alpha, const S* a, int lda, long long sa, const S* b,
                                  int ldb, long long sb, const float* beta, float* c, int ldc,
                                  long long sc, const char* what) {
+          if (bypass_blas(op, what)) return;
           check_blas(cublasGemmStridedBatchedEx(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
                                                 cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb,
                                                 beta, c, CUDA_R_32F, ldc, sc, Ta, compute_type<S>(),
@@ -851,7 +906,8 @@ class StackImpl final : public Stack::Impl {
       gemm(o_ptr_[l], H * d.dv, w.w_o->get(), y, d.D, T, d.D, H * d.dv, "o_proj");
       if (gather_) {
         const long long n = static_cast<long long>(T) * d.D;
-        gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), stream_);
+        if (!((record_ || !skip_.empty()) && bypass(op + ":all-gather")))
+          gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), stream_);
         launch(op.c_str(), k::sum_ranks<S>, static_cast<unsigned>((n + 255) / 256), 256, 0, stream_,
                parts_->get(), gather_->ranks(), n, w.y->get());
       }
@@ -965,6 +1021,11 @@ class StackImpl final : public Stack::Impl {
   // Programmatic dependent launch of the ops' kernels (DSV32_PDL=0 turns it off: A/B timing, or
   // ruling it out when a result looks wrong; docs/DECISIONS.md, "PDL").
   const bool pdl_ = switched_on("DSV32_PDL");
+  // Timing ablation (Stack::skip_launch): the label of the launch to skip ("" none), and the
+  // labels of the launches made while record_ is on (Stack::launch_labels).
+  std::string skip_;
+  bool record_ = false;
+  std::vector<std::string> labels_;
   // indexer_topk's scores on tensor cores where k::index_mma_fits (DSV32_INDEX_MMA=0: the
   // CUDA-core kernels of sessions 3-5, for A/B timing).
   const bool index_mma_ = switched_on("DSV32_INDEX_MMA");
@@ -1276,6 +1337,16 @@ void Stack::set_mutant(const std::string& name) {
 
 int Stack::capture_count() const {
   return impl_->capture_count();
+}
+
+void Stack::skip_launch(const std::string& label) {
+  const detail::DeviceGuard on(impl_->device);
+  impl_->skip_launch(label);
+}
+
+std::vector<std::string> Stack::launch_labels(const StepInput& in) {
+  const detail::DeviceGuard on(impl_->device);
+  return impl_->launch_labels(in);
 }
 
 const Config& Stack::config() const {

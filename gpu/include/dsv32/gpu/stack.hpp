@@ -61,6 +61,16 @@ class Stack {
   void set_mutant(const std::string& name);
   /// Captures held: one per (plan name, capture size), reused by every later step of that size.
   int capture_count() const;
+  /// Timing only (`dsv32 bench-gpu --ablate`): from now on the launches labelled `label` (as
+  /// launch_labels names them) are not made; "" makes every launch again. Drops the captures
+  /// held (one recorded with a launch missing must not replay a full step). A step run so is
+  /// wrong by design: nothing that judges results calls this.
+  void skip_launch(const std::string& label);
+  /// The labels of the launches one eager step of `in` makes, in order, from running it:
+  /// "op:kernel" for a kernel of ours (its name without namespace or template arguments, e.g.
+  /// "q_b_proj:gemv"), "op:cuBLAS what" for a cuBLAS call, "o_proj:all-gather" for the
+  /// tensor-parallel gather. A layer's launches repeat for every layer under the same labels.
+  std::vector<std::string> launch_labels(const StepInput& in);
   const Config& config() const;
   /// Fills the cache entries of positions [0, ctx) of every request of `in` with deterministic
   /// pseudo-random values (benchmarks: long contexts without running their prefill).
