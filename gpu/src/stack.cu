@@ -598,9 +598,12 @@ class StackImpl final : public Stack::Impl {
     if (record_) labels_.push_back(label);
     return !skip_.empty() && label == skip_;
   }
-  /// A cuBLAS call of op `op` ("op:cuBLAS what"): true when it is the launch to skip.
-  bool bypass_blas(const std::string& op, const char* what) {
-    return (record_ || !skip_.empty()) && bypass(op + ":cuBLAS " + what);
+  /// A cuBLAS call of op `op` ("op:cuBLAS what", without a leading "op " in `what`): true when
+  /// it is the launch to skip.
+  bool bypass_blas(const std::string& op, const std::string& what) {
+    if (!record_ && skip_.empty()) return false;
+    return bypass(op + ":cuBLAS " +
+                  (what.rfind(op + " ", 0) == 0 ? what.substr(op.size() + 1) : what));
   }
   /// A kernel's name without namespaces, template arguments or parameters ("gemv").
   static std::string kernel_label(const void* kernel) {
@@ -710,15 +713,16 @@ class StackImpl final : public Stack::Impl {
     return layers_[l].w_kv_b->get() + static_cast<std::size_t>(cfg.qk_nope_head_dim) *
                                           cfg.kv_lora_rank;
   }
-  void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s) {
+  /// `op`: uv_proj or uv_proj_static (errors and launch labels name it).
+  void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op) {
     const k::Dims d = dims();
     gemv(olat, d.H * d.L, d.L, w_uv(l), static_cast<long long>(d.dn + d.dv) * d.L, out, d.H * d.dv,
-         d.dv, d.H, rows, d.dv, d.L, "uv_proj", s);
+         d.dv, d.H, rows, d.dv, d.L, op, s);
   }
-  void uv_gemm(int l, const S* olat, S* o, cudaStream_t s) {
+  void uv_gemm(int l, const S* olat, S* o, cudaStream_t s, const char* op) {
     const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim,
               dv = cfg.v_head_dim;
-    if (bypass_blas("uv_proj", "batched GEMM")) return;
+    if (bypass_blas(op, "batched GEMM")) return;
     const float one = 1.f, zero = 0.f;
     if (s != stream_) check_blas(cublasSetStream(blas_, s), "uv_proj stream");
     // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
@@ -728,7 +732,7 @@ class StackImpl final : public Stack::Impl {
         static_cast<long long>(dn + dv) * L, olat, cuda_type<S>(), H * L, L, &zero, o,
         cuda_type<S>(), H * dv, dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT);
     if (s != stream_) check_blas(cublasSetStream(blas_, stream_), "uv_proj stream");
-    check_blas(st, "uv_proj");
+    check_blas(st, op);
   }
 
   /// Runs one op of layer l at the current capture size (G ops over T rows, H ops over T_a).
@@ -878,9 +882,9 @@ class StackImpl final : public Stack::Impl {
       const cudaStream_t s = mutant_ == "unjoined-stream" && eager_segment_ ? side_ : stream_;
       if (Ta > 0) {
         if (uv_gemv(backend_olat_)) {
-          uv_small(l, Ta, backend_olat_, out, s);
+          uv_small(l, Ta, backend_olat_, out, s, "uv_proj");
         } else {  // all T rows into the scratch, rows [0, T_a) on into `out`
-          uv_gemm(l, backend_olat_, uv_rows_->get(), s);
+          uv_gemm(l, backend_olat_, uv_rows_->get(), s, "uv_proj");
           check(cudaMemcpyAsync(out, uv_rows_->get(),
                                 static_cast<std::size_t>(Ta) * H * d.dv * sizeof(S),
                                 cudaMemcpyDeviceToDevice, s),
@@ -895,9 +899,9 @@ class StackImpl final : public Stack::Impl {
               "latent_copy");
     } else if (op == "uv_proj_static") {  // copy form: all T rows of the static latent
       if (uv_gemv(w.olat_static->get()))
-        uv_small(l, T, w.olat_static->get(), w.o->get(), stream_);
+        uv_small(l, T, w.olat_static->get(), w.o->get(), stream_, "uv_proj_static");
       else
-        uv_gemm(l, w.olat_static->get(), w.o->get(), stream_);
+        uv_gemm(l, w.olat_static->get(), w.o->get(), stream_, "uv_proj_static");
     } else if (op == "o_proj") {
       // Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph
       // bakes the pointer it had at capture.
