@@ -52,11 +52,9 @@ TEST(GpuPlans, CaptureRunsNoGraphOp) {
 void expect_plans_bitwise_equal(const golden::GoldenCase& gc) {
   const std::vector<StepTrace> base =
       run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
-  for (const std::string& name : gpu::plan_names()) {
-    if (name == "eager") continue;
-    const std::vector<StepTrace> got = run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, name);
-    EXPECT_EQ(gpu::first_difference(gc.cfg, base, got), "") << gc.case_id << " plan " << name;
-  }
+  for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks,
+                                                          gc.steps, gpu::plan_names(), base))
+    EXPECT_EQ(c.difference, "") << gc.case_id << " plan " << c.plan;
 }
 
 class GpuPlanFixtures : public ::testing::TestWithParam<std::string> {};

@@ -101,6 +101,15 @@ double op_bytes(const Config& c, const std::string& op, const StepInput& in) {
   return 2 * elems + bytes;
 }
 
+/// Preset `name` cut to one F layer (the per-op and ablation benchmarks' layer).
+Config one_f_layer(const std::string& name) {
+  Config cfg = preset(name);
+  cfg.num_layers = 1;
+  cfg.index_topk_pattern = "F";
+  cfg.validate();
+  return cfg;
+}
+
 /// Per-op times of one F layer at full sizes against each op's bandwidth floor.
 int run_per_op(const Options& o) {
   const double gbs = gpu::copy_bandwidth_gbs();
@@ -112,10 +121,7 @@ int run_per_op(const Options& o) {
                      {"copy_gbs", gbs},
                      {"per_op_timing", o.per_op_eager ? "eager" : "graph"}};
   for (const std::string& name : o.per_op_presets) {
-    Config cfg = preset(name);
-    cfg.num_layers = 1;
-    cfg.index_topk_pattern = "F";
-    cfg.validate();
+    const Config cfg = one_f_layer(name);
     const Weights w = Weights::generate(cfg, 1);
     std::vector<std::string> ops;
     std::map<int, std::vector<std::pair<std::string, double>>> times;
@@ -184,10 +190,7 @@ int run_per_op(const Options& o) {
 /// distinct launch left out in turn, against the layer with all of them (timed first and last).
 /// The step's results are wrong by design while a launch is left out; only its time is used.
 int run_ablate(const Options& o) {
-  Config cfg = preset(o.preset);
-  cfg.num_layers = 1;
-  cfg.index_topk_pattern = "F";
-  cfg.validate();
+  const Config cfg = one_f_layer(o.preset);
   const Weights w = Weights::generate(cfg, 1);
   fmt::print(
       "bench-gpu --ablate: one F layer of {} (H = {}), context {}, {} timed replays per "

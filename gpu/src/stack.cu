@@ -592,18 +592,21 @@ class StackImpl final : public Stack::Impl {
           "rope table");
   }
 
-  /// Timing ablation (Stack::skip_launch, Stack::launch_labels): records `label` while labels
-  /// are recorded; true when it is the launch to skip.
-  bool bypass(const std::string& label) {
-    if (record_) labels_.push_back(label);
-    return !skip_.empty() && label == skip_;
-  }
-  /// A cuBLAS call of op `op` ("op:cuBLAS what", without a leading "op " in `what`): true when
-  /// it is the launch to skip.
-  bool bypass_blas(const std::string& op, const std::string& what) {
+  /// Timing ablation (Stack::skip_launch, Stack::launch_labels): true when the launch labelled
+  /// label() is the one to skip; records the label while labels are recorded. label() is only
+  /// called then, so a normal launch builds no string.
+  template <class L>
+  bool bypass(L&& label) {
     if (!record_ && skip_.empty()) return false;
-    return bypass(op + ":cuBLAS " +
-                  (what.rfind(op + " ", 0) == 0 ? what.substr(op.size() + 1) : what));
+    const std::string l = label();
+    if (record_) labels_.push_back(l);
+    return l == skip_;
+  }
+  /// A cuBLAS call of op `op` ("op:cuBLAS what", without a leading "op " in `what`).
+  bool bypass_blas(const std::string& op, const std::string& what) {
+    return bypass([&] {
+      return op + ":cuBLAS " + (what.rfind(op + " ", 0) == 0 ? what.substr(op.size() + 1) : what);
+    });
   }
   /// A kernel's name without namespaces, template arguments or parameters ("gemv").
   static std::string kernel_label(const void* kernel) {
@@ -639,8 +642,9 @@ class StackImpl final : public Stack::Impl {
     c.stream = s;
     c.attrs = &attr;
     c.numAttrs = pdl_ ? 1 : 0;
-    if ((record_ || !skip_.empty()) &&
-        bypass(std::string(what) + ":" + kernel_label(reinterpret_cast<const void*>(kernel))))
+    if (bypass([&] {
+          return std::string(what) + ":" + kernel_label(reinterpret_cast<const void*>(kernel));
+        }))
       return;
     check(cudaLaunchKernelEx(&c, kernel, std::forward<A>(args)...), what);
   }
@@ -910,7 +914,7 @@ class StackImpl final : public Stack::Impl {
       gemm(o_ptr_[l], H * d.dv, w.w_o->get(), y, d.D, T, d.D, H * d.dv, "o_proj");
       if (gather_) {
         const long long n = static_cast<long long>(T) * d.D;
-        if (!((record_ || !skip_.empty()) && bypass(op + ":all-gather")))
+        if (!bypass([&] { return op + ":all-gather"; }))
           gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), stream_);
         launch(op.c_str(), k::sum_ranks<S>, static_cast<unsigned>((n + 255) / 256), 256, 0, stream_,
                parts_->get(), gather_->ranks(), n, w.y->get());
