@@ -81,11 +81,14 @@ TEST(GpuNumerics, IndexScoresDoNotDependOnTokensPerBlock) {
 
 // indexer_topk's selection against the host's exact set, directly (the plan tests see it
 // through the judge, which allows near-ties): rows shorter than K (the 0..p path), just over K,
-// many keys per thread (past the registers), and heavy ties (the smaller position must win).
+// many keys per thread (past the short path's registers), heavy ties (the smaller position must
+// win; a crowded threshold bin: the radix passes within it), both signs with +0 and -0,
+// outliers and infinities, for the select with bins (its short path up to 16384 keys and the
+// general one) and the radix one alone.
 TEST(GpuNumerics, TopkSelectGivesTheExactSet) {
   DSV32_REQUIRE_GPU();
-  const std::vector<int> lengths = {8192, 2049, 100, 5000, 2048, 40000, 2051, 7};
-  for (int levels : {0, 1, 3, 1000})
+  const std::vector<int> lengths = {8192, 2049, 100, 5000, 2048, 40000, 2051, 7, 16384, 16385};
+  for (int levels : {0, 1, 3, 1000, -1, -2, -3})
     for (std::uint64_t seed : {1u, 2u}) {
       EXPECT_EQ(gpu::topk_select_off(2048, lengths, levels, seed), "")
           << "K 2048, levels " << levels << ", seed " << seed;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "check.cuh"
@@ -829,8 +830,8 @@ class StackImpl final : public Stack::Impl {
                    k::kIdxThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
                    w.omega->get(), w.index, scores_->get(), max_len_);
         }
-        launch(op.c_str(), k::topk_select, Ta, k::kTopkThreads, 0, stream_, d, m, scores_->get(),
-               max_len_, topk_->get());
+        launch(op.c_str(), topk_bins_ ? k::topk_select<true> : k::topk_select<false>, Ta,
+               k::kTopkThreads, 0, stream_, d, m, scores_->get(), max_len_, topk_->get());
       }
     } else if (op == "sparse_mqa") {
       // The backend returns its output in a buffer it owns; the address rotates call to call.
@@ -1037,6 +1038,9 @@ class StackImpl final : public Stack::Impl {
   // indexer_topk's scores on tensor cores where k::index_mma_fits (DSV32_INDEX_MMA=0: the
   // CUDA-core kernels of sessions 3-5, for A/B timing).
   const bool index_mma_ = switched_on("DSV32_INDEX_MMA");
+  // indexer_topk's select with value bins ahead of the radix passes (DSV32_TOPK_BINS=0: the
+  // radix passes alone, the select of sessions 3-9, for A/B timing).
+  const bool topk_bins_ = switched_on("DSV32_TOPK_BINS");
   int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, sms_ = 1;
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   std::string mutant_;
@@ -1139,26 +1143,47 @@ std::string topk_select_off(int K, const std::vector<int>& lengths, int levels,
                             std::uint64_t seed) {
   if (const std::string why = no_device_reason(); !why.empty()) throw CudaError(why);
   if (K < 1 || lengths.empty()) throw std::invalid_argument("topk_select_off: K >= 1, rows >= 1");
+  if (levels < -3) throw std::invalid_argument("topk_select_off: levels >= -3");
   const int rows = static_cast<int>(lengths.size());
   const int width = *std::max_element(lengths.begin(), lengths.end());
   if (*std::min_element(lengths.begin(), lengths.end()) < 1)
     throw std::invalid_argument("topk_select_off: lengths >= 1");
   const rng::Stream s(seed, "topk-select");
   std::vector<float> sc(static_cast<std::size_t>(rows) * width);
-  for (std::size_t i = 0; i < sc.size(); ++i)  // no zeros: -0 and +0 are distinct keys
-    sc[i] = levels > 0 ? 1.0f + static_cast<float>(s.below(i, levels))
-                       : static_cast<float>(1.0 + s.symmetric(i) * 0.5);
+  for (std::size_t i = 0; i < sc.size(); ++i) {
+    const double u = s.symmetric(i);
+    if (levels > 0) {
+      sc[i] = 1.0f + static_cast<float>(s.below(i, levels));
+    } else if (levels == 0) {
+      sc[i] = static_cast<float>(1.0 + u * 0.5);
+    } else {  // both signs, +0 and -0 (-2: and outliers; -3: and infinities)
+      const std::uint64_t kind = s.below(i ^ 0x9E3779B97F4A7C15ull, 64);
+      const float inf = std::numeric_limits<float>::infinity();
+      sc[i] = kind == 0                   ? 0.0f
+              : kind == 1                 ? -0.0f
+              : kind == 2 && levels <= -2 ? static_cast<float>(1e30 * u)
+              : kind == 3 && levels == -3 ? (u < 0 ? -inf : inf)
+                                          : static_cast<float>(u * 3.0);
+    }
+  }
   std::vector<int> positions(rows);
   for (int t = 0; t < rows; ++t) positions[t] = lengths[t] - 1;
-  // The expected rows: the K best by (score, then the smaller position), in position order.
+  // The expected rows: the K best by (score, then the smaller position), in position order;
+  // scores compare as the kernel's keys do (their bits as a total order: +0 above -0).
+  const auto key = [](float v) {
+    std::uint32_t b = 0;
+    std::memcpy(&b, &v, sizeof b);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  };
   std::vector<int> want(static_cast<std::size_t>(rows) * K, -1);
   for (int t = 0; t < rows; ++t) {
     std::vector<int> order(lengths[t]);
     for (int j = 0; j < lengths[t]; ++j) order[j] = j;
     const float* row = &sc[static_cast<std::size_t>(t) * width];
     const int take = std::min(K, lengths[t]);
-    std::partial_sort(order.begin(), order.begin() + take, order.end(),
-                      [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int a, int b) {
+      return key(row[a]) > key(row[b]) || (key(row[a]) == key(row[b]) && a < b);
+    });
     std::sort(order.begin(), order.begin() + take);
     std::copy(order.begin(), order.begin() + take,
               want.begin() + static_cast<std::ptrdiff_t>(t) * K);
@@ -1169,14 +1194,19 @@ std::string topk_select_off(int K, const std::vector<int>& lengths, int levels,
   k::Dims d{};
   d.K = K;
   const k::Meta m{dpos->get(), nullptr, nullptr, nullptr, nullptr, nullptr};
-  const auto out = dev(std::vector<int>(want.size(), -1));  // as norm_rope_cache clears them
-  k::topk_select<<<rows, k::kTopkThreads>>>(d, m, dsc->get(), width, out->get());
-  check(cudaGetLastError(), "topk_select_off launch");
-  const std::vector<int> got = download(out->get(), want.size());
-  for (std::size_t i = 0; i < want.size(); ++i)
-    if (got[i] != want[i])
-      return "row " + std::to_string(i / K) + " entry " + std::to_string(i % K) + ": " +
-             std::to_string(got[i]) + ", expected " + std::to_string(want[i]);
+  // Both selects: with value bins (the default) and the radix passes alone.
+  for (const bool bins : {true, false}) {
+    const auto out = dev(std::vector<int>(want.size(), -1));  // as norm_rope_cache clears them
+    (bins ? k::topk_select<true> : k::topk_select<false>)<<<rows, k::kTopkThreads>>>(
+        d, m, dsc->get(), width, out->get());
+    check(cudaGetLastError(), "topk_select_off launch");
+    const std::vector<int> got = download(out->get(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (got[i] != want[i])
+        return std::string(bins ? "with bins" : "radix only") + ": row " + std::to_string(i / K) +
+               " entry " + std::to_string(i % K) + ": " + std::to_string(got[i]) + ", expected " +
+               std::to_string(want[i]);
+  }
   return "";
 }
 
