@@ -390,6 +390,7 @@ class StackImpl final : public Stack::Impl {
   }
 
   void skip_launch(const std::string& label) override {
+    if (label == skip_) return;  // the captures held were recorded with the same launches
     skip_ = label;
     captures_.clear();  // a capture recorded with a launch missing must not replay for a step
   }

@@ -49,10 +49,9 @@ std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t 
 /// indexer_topk's selection kernel, with value bins and with the radix passes alone, on rows
 /// of random scores (`levels` > 0: drawn from that many values, so most keys tie; 0: continuous
 /// in [0.5, 1.5]; -1: both signs, +0 and -0; -2: -1 with outliers of 1e30; -3: -2 with
-/// infinities), row
-/// t over lengths[t] keys, against the host's K best by (score as the kernel's key orders it,
-/// then the smaller position) in position order: "" when both give exactly that, else the
-/// first difference.
+/// infinities), row t over lengths[t] keys, against the host's K best by (score as the kernel's
+/// key orders it, then the smaller position) in position order: "" when both give exactly
+/// that, else the first difference.
 std::string topk_select_off(int K, const std::vector<int>& lengths, int levels, std::uint64_t seed);
 
 }  // namespace dsv32::gpu

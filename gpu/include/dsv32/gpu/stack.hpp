@@ -63,8 +63,9 @@ class Stack {
   int capture_count() const;
   /// Timing only (`dsv32 bench-gpu --ablate`): from now on the launches labelled `label` (as
   /// launch_labels names them) are not made; "" makes every launch again. Drops the captures
-  /// held (one recorded with a launch missing must not replay a full step). A step run so is
-  /// wrong by design: nothing that judges results calls this.
+  /// held when the label changes (one recorded with a launch missing must not replay a full
+  /// step; the same label again keeps them). A step run so is wrong by design: nothing that
+  /// judges results calls this.
   void skip_launch(const std::string& label);
   /// The labels of the launches one eager step of `in` makes, in order, from running it:
   /// "op:kernel" for a kernel of ours (its name without namespace or template arguments, e.g.
