@@ -252,5 +252,35 @@ TEST_F(GraphTest, AnEagerBreakInsideATwoStreamOverlapJoinsTheSideStreamFirst) {
   }
 }
 
+TEST_F(GraphTest, ABorrowedSideStreamIsJoinedAndOutlivesTheGraph) {
+  // The same overlap on a side stream the caller owns: joined at the break, and still usable
+  // after the graph is gone (the graph does not destroy what it borrowed).
+  cudaStream_t side = nullptr;
+  ok(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  {
+    BreakableGraph g(stream_, std::vector<gpu::Stream>{side});
+    EXPECT_EQ(g.side(0), side);
+    g.begin();
+    g.graph("x = 0", [&] { ok(cudaMemsetAsync(x_, 0, n_ * sizeof(unsigned), stream_)); });
+    g.fork(0);
+    g.graph("side: x = y (slow)", [&] {
+      slow_copy<<<(n_ + 255) / 256, 256, 0, side>>>(x_, y_, n_, 2'000'000);
+      ok(cudaGetLastError());
+    });
+    g.eager("x = 3x + 1", launch(3, 1));
+    EXPECT_EQ(g.end().structure, "GE");
+    set(y_, 5);
+    g.replay();
+    EXPECT_EQ(get(x_), 16u);
+  }
+  affine<<<(n_ + 255) / 256, 256, 0, side>>>(x_, n_, 2, 0);
+  ok(cudaGetLastError());
+  ok(cudaStreamSynchronize(side));
+  EXPECT_EQ(get(x_), 32u);
+  ok(cudaStreamDestroy(side));
+  EXPECT_THROW(BreakableGraph(stream_, std::vector<gpu::Stream>{stream_}), GraphError);
+  EXPECT_THROW(BreakableGraph(stream_, std::vector<gpu::Stream>{nullptr}), GraphError);
+}
+
 }  // namespace
 }  // namespace dsv32

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -120,6 +121,42 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
   const StepTrace again = stack.step(last);
   const CompareResult r = compare_abs(again.output, ref.output, 0.0);
   EXPECT_TRUE(r.pass) << "after skip_launch(\"\"): " << r.summary();
+}
+
+// The indexer's stream (docs/GPU.md, "Two streams"): the same steps with the indexer forked onto
+// its own stream and with one stream (DSV32_OVERLAP=0, read when a stack is made) give the same
+// bits under every plan; a missing join would let sparse_mqa read top-k rows still being
+// written, or the next layer's clear race them.
+TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
+  DSV32_REQUIRE_GPU();
+  for (const char* name : {"ctx-around-k", "fs-pattern"}) {
+    const golden::GoldenCase gc = golden::read(fixture(name));
+    bool indexer = false;
+    for (int l = 0; l < gc.cfg.num_layers; ++l) indexer = indexer || gc.cfg.is_full_layer(l);
+    ASSERT_TRUE(indexer) << name << " has no F layer";
+    const auto run = [&](const char* overlap, const std::string& plan) {
+      setenv("DSV32_OVERLAP", overlap, 1);
+      struct Unset {
+        ~Unset() { unsetenv("DSV32_OVERLAP"); }
+      } unset;
+      return gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
+                            gpu::plan_preset(plan, gc.cfg));
+    };
+    for (const std::string& plan : gpu::plan_names()) {
+      const std::vector<StepTrace> one = run("0", plan), two = run("1", plan);
+      ASSERT_EQ(one.size(), two.size());
+      for (std::size_t s = 0; s < one.size(); ++s) {
+        for (int l = 0; l < gc.cfg.num_layers; ++l)
+          for (const Tensor& t : one[s].layers[l].tensors) {
+            const CompareResult r = compare_abs(two[s].layers[l].at(t.name), t, 0.0);
+            EXPECT_TRUE(r.pass) << name << " " << plan << " step " << s << " layer " << l << ": "
+                                << r.summary();
+          }
+        const CompareResult r = compare_abs(two[s].output, one[s].output, 0.0);
+        EXPECT_TRUE(r.pass) << name << " " << plan << " step " << s << ": " << r.summary();
+      }
+    }
+  }
 }
 
 TEST(GpuErrors, BadInputsGiveClearErrors) {

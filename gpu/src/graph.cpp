@@ -18,10 +18,24 @@ BreakableGraph::BreakableGraph(Stream stream, int side_streams) : stream_(stream
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "side stream");
     sides_.push_back(s);
+  }
+  make_events();
+}
+
+BreakableGraph::BreakableGraph(Stream stream, std::vector<Stream> borrowed_sides)
+    : stream_(stream), sides_(std::move(borrowed_sides)), own_sides_(false) {
+  for (Stream s : sides_)
+    if (s == nullptr || s == stream_)
+      throw GraphError("breakable graph: a borrowed side stream must be a stream of its own");
+  make_events();
+}
+
+void BreakableGraph::make_events() {
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
     cudaEvent_t a = nullptr, b = nullptr;
     check(cudaEventCreateWithFlags(&a, cudaEventDisableTiming), "fork event");
-    check(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), "join event");
     fork_events_.push_back(a);
+    check(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), "join event");
     join_events_.push_back(b);
   }
   forked_.assign(sides_.size(), false);
@@ -31,7 +45,8 @@ BreakableGraph::~BreakableGraph() {
   abort();
   for (cudaEvent_t e : fork_events_) cudaEventDestroy(e);
   for (cudaEvent_t e : join_events_) cudaEventDestroy(e);
-  for (cudaStream_t s : sides_) cudaStreamDestroy(s);
+  if (own_sides_)
+    for (cudaStream_t s : sides_) cudaStreamDestroy(s);
 }
 
 Stream BreakableGraph::side(int i) const {
@@ -74,7 +89,9 @@ void BreakableGraph::close_segment() {
   open_ = false;
   check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  // Node priorities (a kernel captured on a high-priority stream keeps its priority in the
+  // graph, as it has when launched eagerly).
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
   cudaGraphDestroy(graph);
   check(e, "cudaGraphInstantiate");
   segments_.push_back({exec, {}, ""});

@@ -312,9 +312,11 @@ __device__ __forceinline__ void index_q_head(const Dims& d, const Meta& m, int t
         ld(kw[static_cast<long long>(t) * (d.dI + d.HI) + d.dI + h]) * qscale[row] * d.head_norm;
 }
 
-/// fused_q as one launch: grid (T, q_rope_blocks(d) + (F layer ? HI : 0)), kFusedQThreads
-/// threads; blocks y < q_rope_blocks(d) rotate qR (a thread per (head, pair)), the others
-/// quantize indexer head y - q_rope_blocks(d). The parts touch disjoint data.
+/// fused_q: grid (T, q_rope_blocks(d) + (F layer ? HI : 0)) as one launch, kFusedQThreads
+/// threads; block role y = blockIdx.y + y_off: y < q_rope_blocks(d) rotates qR (a thread per
+/// (head, pair)), the others quantize indexer head y - q_rope_blocks(d). The parts touch
+/// disjoint data, so they may also run as two launches (y_off 0 with q_rope_blocks(d) rows of
+/// blocks, and y_off q_rope_blocks(d) with HI), on two streams.
 constexpr int kFusedQThreads = 128;  // index_q_head's vector: a thread per dimension
 __host__ __device__ inline int q_rope_blocks(const Dims& d) {
   return (d.H * (d.dr / 2) + kFusedQThreads - 1) / kFusedQThreads;
@@ -322,12 +324,12 @@ __host__ __device__ inline int q_rope_blocks(const Dims& d) {
 template <class S>
 __global__ void __launch_bounds__(kFusedQThreads)
     fused_q(Dims d, Meta m, const S* q, int q_stride, int q_off, S* qpack, int qpack_stride,
-            int qpack_off, const S* qI, const S* kw, std::uint8_t* q8, float* qscale,
-            float* omega) {
+            int qpack_off, const S* qI, const S* kw, std::uint8_t* q8, float* qscale, float* omega,
+            int y_off) {
   stream_order();
   __shared__ float v[128];
   __shared__ float sh[32];
-  const int t = blockIdx.x, y = blockIdx.y, nrope = q_rope_blocks(d);
+  const int t = blockIdx.x, y = blockIdx.y + y_off, nrope = q_rope_blocks(d);
   if (y < nrope)
     q_rope_pair(d, m, t, y * kFusedQThreads + threadIdx.x, q, q_stride, q_off, qpack,
                 qpack_stride, qpack_off);

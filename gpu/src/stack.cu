@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "check.cuh"
 #include "dsv32/oracle/compare.hpp"
@@ -162,12 +164,23 @@ class StackImpl final : public Stack::Impl {
     w.check_shapes(cfg);
     if (max_tokens < 1) throw std::invalid_argument("gpu stack: max_tokens must be >= 1");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_blas(cublasCreate(&blas_), "cublasCreate");
-    check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
-    check_blas(cublasSetMathMode(blas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-    // A fixed workspace: cuBLAS allocates nothing while a stream is captured.
-    workspace_ = zeros<std::uint8_t>(32u << 20);
-    check_blas(cublasSetWorkspace(blas_, workspace_->get(), 32u << 20), "cublasSetWorkspace");
+    // The indexer's stream (run_op, "Two streams"): the highest priority, so that its
+    // latency-bound kernels get SMs as the projections on the main stream free them.
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    check(cudaStreamCreateWithPriority(&aux_, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming), "cudaEventCreate");
+    // A handle and a fixed workspace per stream: cuBLAS allocates nothing while a stream is
+    // captured, and two products running at once must not share a workspace.
+    for (auto [handle, s, ws] : {std::tuple{&blas_, stream_, &workspace_},
+                                 std::tuple{&blas_aux_, aux_, &workspace_aux_}}) {
+      check_blas(cublasCreate(handle), "cublasCreate");
+      check_blas(cublasSetStream(*handle, s), "cublasSetStream");
+      check_blas(cublasSetMathMode(*handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+      *ws = zeros<std::uint8_t>(32u << 20);
+      check_blas(cublasSetWorkspace(*handle, (*ws)->get(), 32u << 20), "cublasSetWorkspace");
+    }
     const long long slots = static_cast<long long>(num_blocks) * cfg.block_size;
     for (int l = 0; l < cfg.num_layers; ++l) layers_.push_back(make_layer(w.layers[l], l, slots));
     const std::size_t T = static_cast<std::size_t>(max_tokens);
@@ -214,7 +227,11 @@ class StackImpl final : public Stack::Impl {
   ~StackImpl() override {
     captures_.clear();
     if (side_) cudaStreamDestroy(side_);
+    cublasDestroy(blas_aux_);
     cublasDestroy(blas_);
+    cudaEventDestroy(join_ev_);
+    cudaEventDestroy(fork_ev_);
+    cudaStreamDestroy(aux_);
     cudaStreamDestroy(stream_);
   }
 
@@ -228,9 +245,12 @@ class StackImpl final : public Stack::Impl {
     if (static_cast<int>(in.requests.size()) > max_tokens_)
       throw ScenarioError("gpu stack: more requests than max_tokens");
     upload_step(in);
+#ifdef DSV32_TIMELINE
+    const unsigned int zero_n = 0;
+    check(cudaMemcpyToSymbol(k::g_timeline_n, &zero_n, sizeof zero_n), "timeline");
+#endif
     if (!plan.capture) {
-      for (int l = 0; l < cfg.num_layers; ++l)
-        for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+      run_layers(plan);
     } else {
       auto it = captures_.find({plan.name, T});
       if (it == captures_.end()) {
@@ -244,9 +264,36 @@ class StackImpl final : public Stack::Impl {
       it->second->replay();
     }
     check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
+    check(cudaStreamSynchronize(aux_), "indexer stream");
+#ifdef DSV32_TIMELINE
+    dump_timeline(plan.name, T);
+#endif
     if (side_) check(cudaStreamSynchronize(side_), "side stream");
     return trace();
   }
+
+#ifdef DSV32_TIMELINE
+  /// The step's block records into $DSV32_TIMELINE_DIR/NNN-plan-T.csv (development builds).
+  void dump_timeline(const std::string& plan, int T) {
+    const char* dir = std::getenv("DSV32_TIMELINE_DIR");
+    if (!dir) return;
+    unsigned int n = 0;
+    check(cudaMemcpyFromSymbol(&n, k::g_timeline_n, sizeof n), "timeline");
+    n = std::min(n, k::kTimelineMax);
+    std::vector<k::TimelineRecord> r(n);
+    if (n) check(cudaMemcpyFromSymbol(r.data(), k::g_timeline, n * sizeof(r[0])), "timeline");
+    static int calls = 0;
+    char name[512];
+    std::snprintf(name, sizeof name, "%s/%03d-%s-T%d.csv", dir, calls++, plan.c_str(), T);
+    if (FILE* f = std::fopen(name, "w")) {
+      std::fprintf(f, "grid,resident,start,sm,block,blocks,threads\n");
+      for (const auto& x : r)
+        std::fprintf(f, "%llu,%llu,%llu,%u,%u,%u,%u\n", x.grid, x.resident, x.start, x.sm, x.block,
+                     x.blocks, x.threads);
+      std::fclose(f);
+    }
+  }
+#endif
 
   void synthesize_context(const StepInput& in) override {
     const k::Dims d = dims();
@@ -266,17 +313,27 @@ class StackImpl final : public Stack::Impl {
   double time_step(const Plan& plan, const StepInput& in, int repeats) override {
     run(plan, in, false);  // warm-up; captures on first use
     const auto it = captures_.find({plan.name, in.capture_size});
-    return median_ms("time step", [&] {
-             for (int i = 0; i < repeats; ++i) {
-               if (!plan.capture) {
-                 for (int l = 0; l < cfg.num_layers; ++l)
-                   for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
-               } else {
-                 it->second->replay();
-               }
-             }
-           }) /
-           repeats;
+    const double ms = median_ms("time step",
+                                [&] {
+                                  for (int i = 0; i < repeats; ++i) {
+                                    if (!plan.capture)
+                                      run_layers(plan);
+                                    else
+                                      it->second->replay();
+                                  }
+                                }) /
+                      repeats;
+#ifdef DSV32_TIMELINE
+    const unsigned int zero_n = 0;  // one more step, recorded
+    check(cudaMemcpyToSymbol(k::g_timeline_n, &zero_n, sizeof zero_n), "timeline");
+    if (!plan.capture)
+      run_layers(plan);
+    else
+      it->second->replay();
+    check(cudaDeviceSynchronize(), "timeline");
+    dump_timeline("timed-" + plan.name, in.capture_size);
+#endif
+    return ms;
   }
 
   std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
@@ -289,9 +346,13 @@ class StackImpl final : public Stack::Impl {
     std::vector<std::pair<std::string, double>> out;
     for (const std::string& op : ops) {
       run_op(0, op);  // warm-up
+      join_side();
       if (!graph) {
         const double ms = median_ms(("time op " + op).c_str(), [&] {
-          for (int i = 0; i < repeats; ++i) run_op(0, op);
+          for (int i = 0; i < repeats; ++i) {
+            run_op(0, op);
+            join_side();
+          }
         });
         out.emplace_back(op, ms / repeats);
         continue;
@@ -299,10 +360,18 @@ class StackImpl final : public Stack::Impl {
       // The repeats captured as one graph and replayed: the GPU's time, not the host's
       // launches (host values, such as the backend ring's address, are those of the capture).
       const std::string what = "time op " + op + " (graph)";
-      BreakableGraph g(stream_);
+      BreakableGraph g(stream_, std::vector<Stream>{aux_});
+      graph_ = &g;
+      struct Done {
+        StackImpl& s;
+        ~Done() { s.graph_ = nullptr, s.forked_ = false; }
+      } done{*this};
       g.begin();
       g.graph(op, [&] {
-        for (int i = 0; i < repeats; ++i) run_op(0, op);
+        for (int i = 0; i < repeats; ++i) {
+          run_op(0, op);
+          join_side();
+        }
       });
       g.end();
       g.replay();  // warm-up
@@ -336,20 +405,24 @@ class StackImpl final : public Stack::Impl {
     empty.slots.assign(T, -1);
     empty.hidden = Mat::Ones(T, cfg.hidden_size);
     upload_step(empty);
-    for (int l = 0; l < cfg.num_layers; ++l)  // warm-up on the capture stream
-      for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+    run_layers(plan);  // warm-up on the capture stream
     check(cudaStreamSynchronize(stream_), "capture warm-up");
     upload_step(empty);  // ones again: a graph op that ran during capture would change them
     // What a graph would bake if it read host values (mutant stale-positions).
     check(cudaMemcpyAsync(positions_snapshot_->get(), positions_->get(), T * sizeof(int),
                           cudaMemcpyDeviceToDevice, stream_),
           "positions snapshot");
-    auto graph = std::make_unique<BreakableGraph>(stream_);
+    auto graph = std::make_unique<BreakableGraph>(stream_, std::vector<Stream>{aux_});
     in_capture_ = true;
+    graph_ = graph.get();
     struct Reset {
       bool& a;
       ~Reset() { a = false; }
-    } reset{in_capture_};
+    };
+    struct Done {  // also when an op throws: the graph then joined and dropped its capture
+      StackImpl& s;
+      ~Done() { s.in_capture_ = false, s.graph_ = nullptr, s.forked_ = false; }
+    } done{*this};
     graph->begin();
     for (int l = 0; l < cfg.num_layers; ++l)
       for (const std::string& op : plan.ops(cfg, l)) {
@@ -361,6 +434,7 @@ class StackImpl final : public Stack::Impl {
             run_op(l, op);
           });
         } else {  // runs now on empty metadata (no real rows), and again at every replay
+          join_side();  // into the segment the eager op ends
           graph->eager(where, [this, l, op] {
             eager_segment_ = true;
             Reset g{eager_segment_};
@@ -368,6 +442,7 @@ class StackImpl final : public Stack::Impl {
           });
         }
       }
+    join_side();
     const CaptureInfo info = graph->end();
     captures_[{plan.name, T}] = std::move(graph);
     return info;
@@ -628,6 +703,50 @@ class StackImpl final : public Stack::Impl {
     return name;
   }
 
+  /// Two streams. An F layer's indexer (indexer_wq_b, fused_q's indexer part, indexer_topk)
+  /// runs on aux_, forked from the main stream after norm_rope_cache (which writes everything
+  /// it reads) and joined before sparse_mqa (which reads its top-k rows), so that it overlaps
+  /// q_b_proj, uk_absorb and fused_q's rotation on the main stream. Bits do not change: the
+  /// same kernels on the same data, and the two branches write disjoint buffers. Inside a graph
+  /// segment the fork and the join are captured (graph_); an eager segment of a captured plan
+  /// runs on the main stream alone; a sequence of ops that ends with the fork open is joined
+  /// by its caller (run_layers, time_ops, the capture before each eager op and at the end).
+  /// DSV32_OVERLAP=0: one stream (A/B timing).
+  bool use_side() const {
+    return overlap_ && !eager_segment_;
+  }
+  void fork_side() {
+    if (graph_) {
+      graph_->fork(0);
+    } else {
+      check(cudaEventRecord(fork_ev_, stream_), "fork: cudaEventRecord");
+      check(cudaStreamWaitEvent(aux_, fork_ev_, 0), "fork: cudaStreamWaitEvent");
+    }
+    forked_ = true;
+  }
+  void join_side() {
+    if (!forked_) return;
+    if (graph_) {
+      graph_->join(0);
+    } else {
+      check(cudaEventRecord(join_ev_, aux_), "join: cudaEventRecord");
+      check(cudaStreamWaitEvent(stream_, join_ev_, 0), "join: cudaStreamWaitEvent");
+    }
+    forked_ = false;
+  }
+  /// The stream of an indexer op: aux_ (forked now if it is not), or the main stream.
+  cudaStream_t indexer_stream() {
+    if (!use_side()) return stream_;
+    if (!forked_) fork_side();
+    return aux_;
+  }
+  /// Every layer's ops of `plan`, launched in order (no capture), the indexer stream joined.
+  void run_layers(const Plan& plan) {
+    for (int l = 0; l < cfg.num_layers; ++l)
+      for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+    join_side();
+  }
+
   /// Launches one of the ops' kernels on stream s, with programmatic stream serialization
   /// unless DSV32_PDL=0 (k::stream_order; docs/DECISIONS.md, "PDL"). `what` names the op in
   /// the error.
@@ -691,16 +810,17 @@ class StackImpl final : public Stack::Impl {
   /// larger ones and the shapes where cuBLAS is faster through cuBLAS (at 8 rows gemv was 2-6x
   /// slower than cuBLAS on the H200).
   void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
-            const char* op) {
+            const char* op, cudaStream_t s = nullptr) {
+    if (s == nullptr) s = stream_;
     if (k::gemv_fits<S>(rows, n, x, ldx, w, kdim)) {
-      gemv(x, ldx, 0, w, 0, y, ldy, 0, 1, rows, n, kdim, op);
+      gemv(x, ldx, 0, w, 0, y, ldy, 0, 1, rows, n, kdim, op, s);
       return;
     }
     if (bypass_blas(op, "GEMM")) return;
     const float one = 1.f, zero = 0.f;
-    check_blas(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w, cuda_type<S>(),
-                            kdim, x, cuda_type<S>(), ldx, &zero, y, cuda_type<S>(), ldy,
-                            compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+    check_blas(cublasGemmEx(s == aux_ ? blas_aux_ : blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim,
+                            &one, w, cuda_type<S>(), kdim, x, cuda_type<S>(), ldx, &zero, y,
+                            cuda_type<S>(), ldy, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                op);
   }
 
@@ -766,6 +886,7 @@ class StackImpl final : public Stack::Impl {
              w.q_c->get(), w.g_kv->get(), w.kv, w.kR->get(), full, full ? w.kw->get() : nullptr,
              full ? w.ig_k->get() : nullptr, full ? w.ib_k->get() : nullptr, w.index, w.k8->get(),
              w.kscale->get(), clear, topk_->get());
+      if (full && use_side()) fork_side();  // the indexer's inputs are written
     } else if (op == "q_b_proj") {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
@@ -789,13 +910,22 @@ class StackImpl final : public Stack::Impl {
       }
     } else if (op == "indexer_wq_b") {
       gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
-           "indexer_wq_b");
+           "indexer_wq_b", indexer_stream());
     } else if (op == "fused_q") {
       const int Wq = L + d.dr;  // qpack's per-head stride; qR at offset L
       const bool full = cfg.is_full_layer(l);
-      launch(op.c_str(), k::fused_q<S>, dim3(T, k::q_rope_blocks(d) + (full ? d.HI : 0)),
-             k::kFusedQThreads, 0, stream_, d, m, w.q->get(), dq, d.dn, w.qpack->get(), Wq, L,
-             w.qI->get(), w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
+      const int nrope = k::q_rope_blocks(d);
+      const auto part = [&](int y0, int blocks, cudaStream_t s) {
+        launch(op.c_str(), k::fused_q<S>, dim3(T, blocks), k::kFusedQThreads, 0, s, d, m,
+               w.q->get(), dq, d.dn, w.qpack->get(), Wq, L, w.qI->get(), w.kw->get(), w.q8->get(),
+               w.qscale->get(), w.omega->get(), y0);
+      };
+      if (full && use_side()) {  // the indexer's part on its stream
+        part(nrope, d.HI, indexer_stream());
+        part(0, nrope, stream_);
+      } else {
+        part(0, nrope + (full ? d.HI : 0), stream_);
+      }
       if (mutant_ == "double-rope")  // the rotation again, in place on qR
         launch(op.c_str(), k::q_rope<S>, dim3(T, k::q_rope_blocks(d)), k::kFusedQThreads, 0,
                stream_, d, m, w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
@@ -810,6 +940,7 @@ class StackImpl final : public Stack::Impl {
         else if (const auto it = baked_short_.find(l); it != baked_short_.end())
           shortcut = it->second;
       }
+      const cudaStream_t s = indexer_stream();
       if (Ta > 0) {
         if (!shortcut) {
           // Tensor cores where the shapes allow; else a thread per key once the keys alone
@@ -819,22 +950,23 @@ class StackImpl final : public Stack::Impl {
             const int per = k::index_mma_tokens(Ta);
             launch(op.c_str(), k::index_scores_mma,
                    dim3((Ta + per - 1) / per, (longest_ + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
-                   k::kIdxMmaThreads, 0, stream_, d, m, w.q8->get(), w.omega->get(), w.index,
+                   k::kIdxMmaThreads, 0, s, d, m, w.q8->get(), w.omega->get(), w.index,
                    scores_->get(), max_len_, Ta, per);
           } else if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
             launch(op.c_str(), k::index_scores_keys, dim3(Ta, (longest_ + 127) / 128),
-                   k::kIdxKeyThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
-                   w.omega->get(), w.index, scores_->get(), max_len_);
+                   k::kIdxKeyThreads, k::index_scores_smem(d), s, d, m, w.q8->get(), w.omega->get(),
+                   w.index, scores_->get(), max_len_);
           else
             launch(op.c_str(), k::index_scores_grouped,
-                   dim3(Ta, (longest_ + k::kIdxBlockKeys - 1) / k::kIdxBlockKeys),
-                   k::kIdxThreads, k::index_scores_smem(d), stream_, d, m, w.q8->get(),
-                   w.omega->get(), w.index, scores_->get(), max_len_);
+                   dim3(Ta, (longest_ + k::kIdxBlockKeys - 1) / k::kIdxBlockKeys), k::kIdxThreads,
+                   k::index_scores_smem(d), s, d, m, w.q8->get(), w.omega->get(), w.index,
+                   scores_->get(), max_len_);
         }
         launch(op.c_str(), topk_bins_ ? k::topk_select<true> : k::topk_select<false>, Ta,
-               k::kTopkThreads, 0, stream_, d, m, scores_->get(), max_len_, topk_->get());
+               k::kTopkThreads, 0, s, d, m, scores_->get(), max_len_, topk_->get());
       }
     } else if (op == "sparse_mqa") {
+      join_side();  // the top-k rows
       // The backend returns its output in a buffer it owns; the address rotates call to call.
       S* olat = ring_[ring_next_]->get();
       ring_next_ = (ring_next_ + 1) % ring_.size();
@@ -1052,6 +1184,15 @@ class StackImpl final : public Stack::Impl {
   Buf<int> positions_snapshot_;
   cudaStream_t side_ = nullptr;
   std::map<std::pair<std::string, int>, std::unique_ptr<BreakableGraph>> captures_;
+  // The indexer's stream and its fork and join (use_side; DSV32_OVERLAP=0: one stream). graph_:
+  // the capture in progress, whose fork and join the stream's are while a graph op records.
+  const bool overlap_ = switched_on("DSV32_OVERLAP");
+  cudaStream_t aux_ = nullptr;
+  cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
+  cublasHandle_t blas_aux_ = nullptr;
+  Buf<std::uint8_t> workspace_aux_;
+  bool forked_ = false;
+  BreakableGraph* graph_ = nullptr;
 };
 
 }  // namespace

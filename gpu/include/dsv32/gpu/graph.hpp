@@ -45,6 +45,9 @@ class BreakableGraph {
 
   /// `stream` is not owned; `side_streams` non-blocking side streams are created and owned.
   explicit BreakableGraph(Stream stream, int side_streams = 0);
+  /// Side streams the caller owns (and keeps alive while this object lives), for a caller that
+  /// enqueues the same work on them outside captures too.
+  BreakableGraph(Stream stream, std::vector<Stream> borrowed_sides);
   ~BreakableGraph();
   BreakableGraph(const BreakableGraph&) = delete;
   BreakableGraph& operator=(const BreakableGraph&) = delete;
@@ -82,11 +85,13 @@ class BreakableGraph {
   void close_segment();
   void join_all();
   void abort() noexcept;
+  void make_events();
   template <class F>
   void guarded(F&& f);
 
   Stream stream_;
   std::vector<Stream> sides_;
+  bool own_sides_ = true;
   std::vector<bool> forked_;
   std::vector<CUevent_st*> fork_events_, join_events_;  // cudaEvent_t, one per side stream
   std::vector<Segment> segments_;
