@@ -79,6 +79,17 @@ class GraphTest : public ::testing::Test {
     };
   }
 
+  /// Records into g's open capture: x = 0 on the main stream, then x = y slowly on side stream
+  /// 0 (`side`), forked after it and left open.
+  void record_slow_copy_overlap(BreakableGraph& g, cudaStream_t side) {
+    g.graph("x = 0", [&] { ok(cudaMemsetAsync(x_, 0, n_ * sizeof(unsigned), stream_)); });
+    g.fork(0);
+    g.graph("side: x = y (slow)", [&] {
+      slow_copy<<<(n_ + 255) / 256, 256, 0, side>>>(x_, y_, n_, 2'000'000);
+      ok(cudaGetLastError());
+    });
+  }
+
   int n_ = 1 << 16;
   cudaStream_t stream_ = nullptr;
   unsigned* x_ = nullptr;
@@ -233,14 +244,8 @@ TEST_F(GraphTest, AnEagerBreakInsideATwoStreamOverlapJoinsTheSideStreamFirst) {
   // see the copy: the break joins the side stream before ending the segment (else ending the
   // capture fails with an unjoined stream, or the eager op races the copy).
   BreakableGraph g(stream_, 1);
-  const cudaStream_t side = static_cast<cudaStream_t>(g.side(0));
   g.begin();
-  g.graph("x = 0", [&] { ok(cudaMemsetAsync(x_, 0, n_ * sizeof(unsigned), stream_)); });
-  g.fork(0);
-  g.graph("side: x = y (slow)", [&] {
-    slow_copy<<<(n_ + 255) / 256, 256, 0, side>>>(x_, y_, n_, 2'000'000);
-    ok(cudaGetLastError());
-  });
+  record_slow_copy_overlap(g, static_cast<cudaStream_t>(g.side(0)));
   g.eager("x = 3x + 1", launch(3, 1));
   g.graph("x += 2", launch(1, 2));
   const gpu::CaptureInfo info = g.end();
@@ -261,12 +266,7 @@ TEST_F(GraphTest, ABorrowedSideStreamIsJoinedAndOutlivesTheGraph) {
     BreakableGraph g(stream_, std::vector<gpu::Stream>{side});
     EXPECT_EQ(g.side(0), side);
     g.begin();
-    g.graph("x = 0", [&] { ok(cudaMemsetAsync(x_, 0, n_ * sizeof(unsigned), stream_)); });
-    g.fork(0);
-    g.graph("side: x = y (slow)", [&] {
-      slow_copy<<<(n_ + 255) / 256, 256, 0, side>>>(x_, y_, n_, 2'000'000);
-      ok(cudaGetLastError());
-    });
+    record_slow_copy_overlap(g, side);
     g.eager("x = 3x + 1", launch(3, 1));
     EXPECT_EQ(g.end().structure, "GE");
     set(y_, 5);

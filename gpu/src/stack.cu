@@ -715,23 +715,24 @@ class StackImpl final : public Stack::Impl {
   bool use_side() const {
     return overlap_ && !eager_segment_;
   }
+  /// `waiter` waits for the work enqueued on `on` so far (through event ev).
+  static void wait_for(cudaStream_t waiter, cudaStream_t on, cudaEvent_t ev, const char* what) {
+    check(cudaEventRecord(ev, on), what);
+    check(cudaStreamWaitEvent(waiter, ev, 0), what);
+  }
   void fork_side() {
-    if (graph_) {
+    if (graph_)
       graph_->fork(0);
-    } else {
-      check(cudaEventRecord(fork_ev_, stream_), "fork: cudaEventRecord");
-      check(cudaStreamWaitEvent(aux_, fork_ev_, 0), "fork: cudaStreamWaitEvent");
-    }
+    else
+      wait_for(aux_, stream_, fork_ev_, "fork the indexer's stream");
     forked_ = true;
   }
   void join_side() {
     if (!forked_) return;
-    if (graph_) {
+    if (graph_)
       graph_->join(0);
-    } else {
-      check(cudaEventRecord(join_ev_, aux_), "join: cudaEventRecord");
-      check(cudaStreamWaitEvent(stream_, join_ev_, 0), "join: cudaStreamWaitEvent");
-    }
+    else
+      wait_for(stream_, aux_, join_ev_, "join the indexer's stream");
     forked_ = false;
   }
   /// The stream of an indexer op: aux_ (forked now if it is not), or the main stream.
