@@ -134,18 +134,36 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     bool indexer = false;
     for (int l = 0; l < gc.cfg.num_layers; ++l) indexer = indexer || gc.cfg.is_full_layer(l);
     ASSERT_TRUE(indexer) << name << " has no F layer";
+    // The steps under `plan`, and how often the stack forked the indexer's stream.
     const auto run = [&](const char* overlap, const std::string& plan) {
       setenv("DSV32_OVERLAP", overlap, 1);
       struct Unset {
         ~Unset() { unsetenv("DSV32_OVERLAP"); }
       } unset;
-      return gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
-                            gpu::plan_preset(plan, gc.cfg));
+      gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
+      std::vector<StepTrace> out;
+      for (const StepInput& in : gc.steps)
+        out.push_back(stack.run(gpu::plan_preset(plan, gc.cfg), in));
+      return std::pair{out, stack.indexer_forks()};
     };
     for (const std::string& plan : gpu::plan_names()) {
-      const std::vector<StepTrace> one = run("0", plan), two = run("1", plan);
+      const auto [one, forks_one] = run("0", plan);
+      const auto [two, forks_two] = run("1", plan);
       ASSERT_EQ(one.size(), gc.steps.size());
       EXPECT_EQ(gpu::first_difference(gc.cfg, one, two), "") << name << " under " << plan;
+      EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 forked";
+      // An eager segment keeps one stream: the indexer forks eagerly, or where one of its ops
+      // is captured (`breakable-eager` and `wide` run them all as eager segments).
+      const gpu::Plan p = gpu::plan_preset(plan, gc.cfg);
+      bool forks = !p.capture;
+      for (int l = 0; l < gc.cfg.num_layers; ++l)
+        forks =
+            forks || (gc.cfg.is_full_layer(l) && p.at(l, "indexer_wq_b") == gpu::Placement::graph);
+      if (forks) {
+        EXPECT_GT(forks_two, 0) << name << " under " << plan << ": the indexer never forked";
+      } else {
+        EXPECT_EQ(forks_two, 0) << name << " under " << plan << ": an eager segment forked";
+      }
     }
   }
 }

@@ -118,6 +118,7 @@ struct Stack::Impl {
   virtual void synthesize_context(const StepInput& in) = 0;
   virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
   virtual int capture_count() const = 0;
+  virtual int indexer_forks() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
                                                                int repeats, bool graph) = 0;
@@ -405,7 +406,9 @@ class StackImpl final : public Stack::Impl {
     empty.slots.assign(T, -1);
     empty.hidden = Mat::Ones(T, cfg.hidden_size);
     upload_step(empty);
-    run_layers(plan);  // warm-up on the capture stream
+    const int forks = forks_;  // the warm-up's forks are not the plan's (indexer_forks)
+    run_layers(plan);          // warm-up on the capture stream
+    forks_ = forks;
     check(cudaStreamSynchronize(stream_), "capture warm-up");
     upload_step(empty);  // ones again: a graph op that ran during capture would change them
     // What a graph would bake if it read host values (mutant stale-positions).
@@ -449,6 +452,9 @@ class StackImpl final : public Stack::Impl {
   }
 
   int capture_count() const override { return static_cast<int>(captures_.size()); }
+  int indexer_forks() const override {
+    return forks_;
+  }
 
   void set_mutant(const std::string& name) override {
     if (!name.empty()) {
@@ -726,6 +732,7 @@ class StackImpl final : public Stack::Impl {
     else
       wait_for(aux_, stream_, fork_ev_, "fork the indexer's stream");
     forked_ = true;
+    ++forks_;
   }
   void join_side() {
     if (!forked_) return;
@@ -1193,6 +1200,7 @@ class StackImpl final : public Stack::Impl {
   cublasHandle_t blas_aux_ = nullptr;
   Buf<std::uint8_t> workspace_aux_;
   bool forked_ = false;
+  int forks_ = 0;
   BreakableGraph* graph_ = nullptr;
 };
 
@@ -1518,6 +1526,10 @@ void Stack::set_mutant(const std::string& name) {
 
 int Stack::capture_count() const {
   return impl_->capture_count();
+}
+
+int Stack::indexer_forks() const {
+  return impl_->indexer_forks();
 }
 
 void Stack::skip_launch(const std::string& label) {

@@ -61,6 +61,10 @@ class Stack {
   void set_mutant(const std::string& name);
   /// Captures held: one per (plan name, capture size), reused by every later step of that size.
   int capture_count() const;
+  /// How many times an F layer's indexer has been forked onto its own stream since construction,
+  /// by eager steps and into captures (a capture's eager warm-up not counted); 0 with
+  /// DSV32_OVERLAP=0 (docs/GPU.md, "Two streams").
+  int indexer_forks() const;
   /// Timing only (`dsv32 bench-gpu --ablate`): from now on the launches labelled `label` (as
   /// launch_labels names them) are not made; "" makes every launch again. Drops the captures
   /// held when the label changes (one recorded with a launch missing must not replay a full
