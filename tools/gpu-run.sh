@@ -3,9 +3,9 @@
 # build, run the `gpu` label spread over every visible GPU (CTest resource groups; the
 # tensor-parallel tests take several), the main job, the mutants' bisect table and the GPU
 # benchmarks (plans side by side, at tp 1, 2 and 4 where the GPUs allow; per op against bandwidth
-# floors; each launch's cost to a T = 1 step); logs and JSON go to OUTDIR. DSV32_GPU_RUN_CPU=1
-# also runs the `cpu` label there (CI runs it on every push; on a GPU machine it only costs
-# time). NVLink multicast stays off.
+# floors, decode batches also with one stream; each launch's cost to a T = 1 step); logs and JSON
+# go to OUTDIR. DSV32_GPU_RUN_CPU=1 also runs the `cpu` label there (CI runs it on every push;
+# on a GPU machine it only costs time). NVLink multicast stays off.
 # Usage: tools/gpu-run.sh OUTDIR (new or empty)
 set -uo pipefail
 outdir=${1:-out/gpu-run}
@@ -64,6 +64,11 @@ logged "$out/bench-gpu-per-op.log" ./build/gpu/tools/dsv32 bench-gpu --per-op --
 logged "$out/bench-gpu-per-op-decode.log" ./build/gpu/tools/dsv32 bench-gpu --per-op \
   --per-op-presets dsv32 --per-op-tokens 1 2 4 8 --context 8192 --repeats 10 \
   --json "$out/bench-gpu-per-op-decode.json"
+# The same decode table with each layer's indexer on the main stream (docs/GPU.md, "Two
+# streams"): what the second stream saves, in the same run.
+logged "$out/bench-gpu-per-op-decode-one-stream.log" env DSV32_OVERLAP=0 \
+  ./build/gpu/tools/dsv32 bench-gpu --per-op --per-op-presets dsv32 --per-op-tokens 1 2 4 8 \
+  --context 8192 --repeats 10 --json "$out/bench-gpu-per-op-decode-one-stream.json"
 logged "$out/bench-gpu-ablate.log" ./build/gpu/tools/dsv32 bench-gpu --ablate --preset dsv32 \
   --decode 1 --context 8192 --repeats 10 --json "$out/bench-gpu-ablate.json"
 grep -hE "tests passed|tests failed" "$out"/ctest-*.log
