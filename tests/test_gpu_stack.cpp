@@ -135,26 +135,25 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     for (int l = 0; l < gc.cfg.num_layers; ++l) indexer = indexer || gc.cfg.is_full_layer(l);
     ASSERT_TRUE(indexer) << name << " has no F layer";
     // The steps under `plan`, and how often the stack forked the indexer's stream.
-    const auto run = [&](const char* overlap, const std::string& plan) {
+    const auto run = [&](const char* overlap, const gpu::Plan& plan) {
       setenv("DSV32_OVERLAP", overlap, 1);
       struct Unset {
         ~Unset() { unsetenv("DSV32_OVERLAP"); }
       } unset;
       gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
       std::vector<StepTrace> out;
-      for (const StepInput& in : gc.steps)
-        out.push_back(stack.run(gpu::plan_preset(plan, gc.cfg), in));
+      for (const StepInput& in : gc.steps) out.push_back(stack.run(plan, in));
       return std::pair{out, stack.indexer_forks()};
     };
     for (const std::string& plan : gpu::plan_names()) {
-      const auto [one, forks_one] = run("0", plan);
-      const auto [two, forks_two] = run("1", plan);
+      const gpu::Plan p = gpu::plan_preset(plan, gc.cfg);
+      const auto [one, forks_one] = run("0", p);
+      const auto [two, forks_two] = run("1", p);
       ASSERT_EQ(one.size(), gc.steps.size());
       EXPECT_EQ(gpu::first_difference(gc.cfg, one, two), "") << name << " under " << plan;
       EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 forked";
       // An eager segment keeps one stream: the indexer forks eagerly, or where one of its ops
       // is captured (`breakable-eager` and `wide` run them all as eager segments).
-      const gpu::Plan p = gpu::plan_preset(plan, gc.cfg);
       bool forks = !p.capture;
       for (int l = 0; l < gc.cfg.num_layers; ++l)
         forks =

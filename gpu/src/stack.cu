@@ -247,8 +247,7 @@ class StackImpl final : public Stack::Impl {
       throw ScenarioError("gpu stack: more requests than max_tokens");
     upload_step(in);
 #ifdef DSV32_TIMELINE
-    const unsigned int zero_n = 0;
-    check(cudaMemcpyToSymbol(k::g_timeline_n, &zero_n, sizeof zero_n), "timeline");
+    reset_timeline();
 #endif
     if (!plan.capture) {
       run_layers(plan);
@@ -274,6 +273,11 @@ class StackImpl final : public Stack::Impl {
   }
 
 #ifdef DSV32_TIMELINE
+  /// Forgets the blocks recorded so far (development builds).
+  static void reset_timeline() {
+    const unsigned int zero = 0;
+    check(cudaMemcpyToSymbol(k::g_timeline_n, &zero, sizeof zero), "timeline");
+  }
   /// The step's block records into $DSV32_TIMELINE_DIR/NNN-plan-T.csv (development builds).
   void dump_timeline(const std::string& plan, int T) {
     const char* dir = std::getenv("DSV32_TIMELINE_DIR");
@@ -314,23 +318,20 @@ class StackImpl final : public Stack::Impl {
   double time_step(const Plan& plan, const StepInput& in, int repeats) override {
     run(plan, in, false);  // warm-up; captures on first use
     const auto it = captures_.find({plan.name, in.capture_size});
+    const auto step = [&] {
+      if (!plan.capture)
+        run_layers(plan);
+      else
+        it->second->replay();
+    };
     const double ms = median_ms("time step",
                                 [&] {
-                                  for (int i = 0; i < repeats; ++i) {
-                                    if (!plan.capture)
-                                      run_layers(plan);
-                                    else
-                                      it->second->replay();
-                                  }
+                                  for (int i = 0; i < repeats; ++i) step();
                                 }) /
                       repeats;
 #ifdef DSV32_TIMELINE
-    const unsigned int zero_n = 0;  // one more step, recorded
-    check(cudaMemcpyToSymbol(k::g_timeline_n, &zero_n, sizeof zero_n), "timeline");
-    if (!plan.capture)
-      run_layers(plan);
-    else
-      it->second->replay();
+    reset_timeline();  // one more step, recorded
+    step();
     check(cudaDeviceSynchronize(), "timeline");
     dump_timeline("timed-" + plan.name, in.capture_size);
 #endif
@@ -935,8 +936,8 @@ class StackImpl final : public Stack::Impl {
         part(0, nrope + (full ? d.HI : 0), stream_);
       }
       if (mutant_ == "double-rope")  // the rotation again, in place on qR
-        launch(op.c_str(), k::q_rope<S>, dim3(T, k::q_rope_blocks(d)), k::kFusedQThreads, 0,
-               stream_, d, m, w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
+        launch(op.c_str(), k::q_rope<S>, dim3(T, nrope), k::kFusedQThreads, 0, stream_, d, m,
+               w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
     } else if (op == "indexer_topk") {
       // Short-prefill shortcut: when every context fits in K the sets are 0..p and the scores
       // are not needed (topk_select then takes its short path on every row, bit for bit). The
