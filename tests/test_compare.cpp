@@ -167,6 +167,31 @@ TEST(Compare, Fp8CacheStepsUpFromABinadesBottomByItsQuantum) {
   EXPECT_FALSE(compare_fp8_cache(two_down, t0, t1, cols).pass);
 }
 
+TEST(Compare, Fp8CacheStepsUpFromABinadesBottomRoundedToFp32) {
+  // GpuPlanProperty (session 12, L = 8 and 14): T0's code 64 against the GPU's 72 (and 2 against
+  // 2.25), T1 = T0. T0's values are codes times the tile scale rounded to fp32, so the scale the
+  // comparer recovers (amax / 448, amax = fp32(448 s)) can exceed s by up to 2^-24 and 64 s
+  // read 64 (1 - 2^-24) on it: the quantum below the binade (4), half the step taken.
+  float s = 3.5f / 448.f;
+  while (static_cast<double>(static_cast<float>(448.0 * s)) <= 448.0 * s)  // amax rounds up
+    s = std::nextafter(s, 1.f);
+  const std::vector<double> codes = {448, 64, -64, 3, 2, -20, 7.5, 0.25};
+  const int cols = static_cast<int>(codes.size());
+  std::vector<double> v(cols);
+  for (int i = 0; i < cols; ++i) v[i] = static_cast<float>(codes[i] * s);
+  const Tensor t0 = Tensor::from("c", {1, cols}, v, DType::float32);
+  ASSERT_LT(std::fabs(t0.data[1]) / (std::fabs(t0.data[0]) / kE4m3Max), 64.0);
+  for (const auto& [k, up, two] : {std::tuple{1, 72.0, 80.0}, std::tuple{4, 2.25, 2.5}}) {
+    Tensor got = t0;
+    got.data[k] = static_cast<float>(up * s);  // the neighbouring code above
+    EXPECT_TRUE(compare_fp8_cache(got, t0, t0, cols).pass) << "code " << codes[k];
+    got.data[k] = static_cast<float>(two * s);  // two codes up
+    const CompareResult r = compare_fp8_cache(got, t0, t0, cols);
+    EXPECT_FALSE(r.pass) << "code " << codes[k];
+    EXPECT_EQ(r.first_bad, k);
+  }
+}
+
 TEST(Compare, VacuousGatesAreRefused) {
   const Tensor t0 = random_tensor("y", 256, 3);
   const Tensor far = random_tensor("y", 256, 4);  // unrelated "T1": 2 max|T1-T0| ~ 4

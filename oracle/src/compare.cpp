@@ -317,10 +317,14 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
         const double g = got.data[k], w = t0.data[k];
         // The step to a neighbouring code: at the tile scale, or T0's own code's step towards
         // the candidate (a code at a binade's bottom reads just below it on a larger scale,
-        // yet its step up is the binade's quantum; its step down is half that).
-        const double side = std::fabs(g) > std::fabs(w) ? 1 + 0x1p-30 : 1 - 0x1p-30;
-        const double q = std::max(e4m3_quantum(std::fabs(w) / scale) * scale,
-                                  e4m3_quantum(std::fabs(w) / scale0 * side) * scale0);
+        // yet its step up is the binade's quantum; its step down is half that). T0's code is
+        // |w| / scale0 snapped to the e4m3 grid: T0's value is the code times the scale
+        // rounded to fp32 (MATH.md section 4), so the quotient can land a rounding error
+        // (2^-24, not less) below a binade's bottom.
+        const double code0 = round_e4m3(std::fabs(w) / scale0);
+        const double step0 = std::fabs(g) > std::fabs(w) ? e4m3_quantum(code0)
+                                                         : e4m3_quantum(code0 * (1 - 0x1p-10));
+        const double q = std::max(e4m3_quantum(std::fabs(w) / scale) * scale, step0 * scale0);
         count_in_quanta(r, k, g, w, q, 2 * spread + rel * (std::fabs(w) + q));
       }
     }
