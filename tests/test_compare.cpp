@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
 
 #include <cmath>
 
@@ -190,6 +191,38 @@ TEST(Compare, Fp8CacheStepsUpFromABinadesBottomRoundedToFp32) {
     EXPECT_FALSE(r.pass) << "code " << codes[k];
     EXPECT_EQ(r.first_bad, k);
   }
+}
+
+// Any tile of codes times an fp32 scale, read back in fp32 as T0 is (MATH.md section 4): one
+// code either way at any entry passes with the slack trace_diff gives it (the fp32 bound of the
+// norm), three codes' steps fail. The two cases above are instances; this covers every code.
+RC_GTEST_PROP(CompareProperty, Fp8CacheTakesOneCodeAndRejectsThreeSteps, ()) {
+  const int n = *rc::gen::inRange(2, 17);
+  const int e = *rc::gen::inRange(-20, 8);
+  const float s =
+      std::ldexp(1.f + static_cast<float>(*rc::gen::inRange(0, 1 << 23)) * 0x1p-23f, e);
+  std::vector<double> codes(n);
+  codes[0] = kE4m3Max;  // the tile's amax
+  for (int i = 1; i < n; ++i)
+    codes[i] = (*rc::gen::arbitrary<bool>() ? -1 : 1) * e4m3_value(static_cast<std::uint8_t>(*rc::gen::inRange(0, 0x7F)));
+  std::vector<double> v(n);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(codes[i] * s);
+  const Tensor t0 = Tensor::from("c", {1, n}, v, DType::float32);
+  const int k = *rc::gen::inRange(1, n);
+  const double c = codes[k], sign = c < 0 ? -1 : 1;
+  const int bits = e4m3_bits(std::fabs(c));
+  const bool up = bits == 0 || (bits < 0x7E && *rc::gen::arbitrary<bool>());
+  const double next = sign * e4m3_value(static_cast<std::uint8_t>(up ? bits + 1 : bits - 1));
+  const double rel = 2.0 * gamma_fp32(n);
+  Tensor got = t0;
+  got.data[k] = static_cast<float>(next * s);
+  RC_LOG() << "s " << s << " code " << c << " -> " << next << "\n";
+  RC_ASSERT(compare_fp8_cache(got, t0, t0, n, rel).pass);
+  const double step = e4m3_quantum(std::fabs(c) * (1 + 0x1p-10));  // the larger neighbour step
+  got.data[k] = static_cast<float>((c + sign * 3 * step) * s);
+  const CompareResult r = compare_fp8_cache(got, t0, t0, n, rel);
+  RC_ASSERT(!r.pass);
+  RC_ASSERT(r.first_bad == k);
 }
 
 TEST(Compare, VacuousGatesAreRefused) {
