@@ -119,6 +119,7 @@ struct Stack::Impl {
   virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
   virtual int capture_count() const = 0;
   virtual int indexer_forks() const = 0;
+  virtual int indexer_leads() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
                                                                int repeats, bool graph) = 0;
@@ -346,6 +347,7 @@ class StackImpl final : public Stack::Impl {
     std::vector<std::string> ops = eager.ops(cfg, 0);
     ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
     std::vector<std::pair<std::string, double>> out;
+    lead_ = false;  // each op alone: indexer_wq_b is timed as its own op
     for (const std::string& op : ops) {
       run_op(0, op);  // warm-up
       join_side();
@@ -366,7 +368,7 @@ class StackImpl final : public Stack::Impl {
       graph_ = &g;
       struct Done {
         StackImpl& s;
-        ~Done() { s.graph_ = nullptr, s.forked_ = false; }
+        ~Done() { s.graph_ = nullptr, s.forked_ = false, s.wq_b_led_ = -1; }
       } done{*this};
       g.begin();
       g.graph(op, [&] {
@@ -407,9 +409,9 @@ class StackImpl final : public Stack::Impl {
     empty.slots.assign(T, -1);
     empty.hidden = Mat::Ones(T, cfg.hidden_size);
     upload_step(empty);
-    const int forks = forks_;  // the warm-up's forks are not the plan's (indexer_forks)
-    run_layers(plan);          // warm-up on the capture stream
-    forks_ = forks;
+    const int forks = forks_, leads = leads_;  // the warm-up's are not the plan's
+    run_layers(plan);                          // warm-up on the capture stream
+    forks_ = forks, leads_ = leads;
     check(cudaStreamSynchronize(stream_), "capture warm-up");
     upload_step(empty);  // ones again: a graph op that ran during capture would change them
     // What a graph would bake if it read host values (mutant stale-positions).
@@ -425,10 +427,11 @@ class StackImpl final : public Stack::Impl {
     };
     struct Done {  // also when an op throws: the graph then joined and dropped its capture
       StackImpl& s;
-      ~Done() { s.in_capture_ = false, s.graph_ = nullptr, s.forked_ = false; }
+      ~Done() { s.in_capture_ = false, s.graph_ = nullptr, s.forked_ = false, s.wq_b_led_ = -1; }
     } done{*this};
     graph->begin();
-    for (int l = 0; l < cfg.num_layers; ++l)
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      lead_ = wq_b_may_lead(plan, l);
       for (const std::string& op : plan.ops(cfg, l)) {
         const std::string where = "layer" + std::to_string(l) + "/" + op;
         if (plan.at(l, op) == Placement::graph) {
@@ -446,6 +449,7 @@ class StackImpl final : public Stack::Impl {
           });
         }
       }
+    }
     join_side();
     const CaptureInfo info = graph->end();
     captures_[{plan.name, T}] = std::move(graph);
@@ -455,6 +459,9 @@ class StackImpl final : public Stack::Impl {
   int capture_count() const override { return static_cast<int>(captures_.size()); }
   int indexer_forks() const override {
     return forks_;
+  }
+  int indexer_leads() const override {
+    return leads_;
   }
 
   void set_mutant(const std::string& name) override {
@@ -710,10 +717,13 @@ class StackImpl final : public Stack::Impl {
     return name;
   }
 
-  /// Two streams. An F layer's indexer (indexer_wq_b, fused_q's indexer part, indexer_topk)
-  /// runs on aux_, forked from the main stream after norm_rope_cache (which writes everything
-  /// it reads) and joined before sparse_mqa (which reads its top-k rows), so that it overlaps
-  /// q_b_proj, uk_absorb and fused_q's rotation on the main stream. Bits do not change: the
+  /// Two streams. An F layer's indexer (fused_q's indexer part, indexer_topk) runs on aux_,
+  /// forked from the main stream after norm_rope_cache (which writes everything it reads) and
+  /// joined before sparse_mqa (which reads its top-k rows), so that it overlaps q_b_proj,
+  /// uk_absorb and fused_q's rotation on the main stream. indexer_wq_b, the indexer's first
+  /// op, runs on the main stream just before the fork, ahead of q_b_proj, where the plan keeps
+  /// those ops in one stretch (wq_b_may_lead; else on aux_): alone it streams its weight at
+  /// full bandwidth and its successors start sooner than beside q_b_proj. Bits do not change: the
   /// same kernels on the same data, and the two branches write disjoint buffers. Inside a graph
   /// segment the fork and the join are captured (graph_); an eager segment of a captured plan
   /// runs on the main stream alone; a sequence of ops that ends with the fork open is joined
@@ -751,9 +761,22 @@ class StackImpl final : public Stack::Impl {
   }
   /// Every layer's ops of `plan`, launched in order (no capture), the indexer stream joined.
   void run_layers(const Plan& plan) {
-    for (int l = 0; l < cfg.num_layers; ++l)
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      lead_ = wq_b_may_lead(plan, l);
       for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+    }
     join_side();
+  }
+  /// Whether layer l's indexer_wq_b may be launched at the fork, on the main stream ahead of
+  /// q_b_proj and uk_absorb (run_op's norm_rope_cache): an F layer whose ops from
+  /// norm_rope_cache to indexer_wq_b run in one stretch, so that the move changes no segment
+  /// (the eager plan, or all four captured).
+  bool wq_b_may_lead(const Plan& plan, int l) const {
+    if (!cfg.is_full_layer(l)) return false;
+    if (!plan.capture) return true;
+    for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b"})
+      if (plan.at(l, op) != Placement::graph) return false;
+    return true;
   }
 
   /// Launches one of the ops' kernels on stream s, with programmatic stream serialization
@@ -870,6 +893,14 @@ class StackImpl final : public Stack::Impl {
     check_blas(st, op);
   }
 
+  /// indexer_wq_b's product qI = q_c W_q^I on stream s.
+  void indexer_wq_b(int l, cudaStream_t s) {
+    const k::Dims d = dims();
+    LayerDev<S>& w = layers_[l];
+    gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T_, d.HI * d.dI, d.Rq,
+         "indexer_wq_b", s);
+  }
+
   /// Runs one op of layer l at the current capture size (G ops over T rows, H ops over T_a).
   void run_op(int l, const std::string& op) {
     LayerDev<S>& w = layers_[l];
@@ -895,7 +926,14 @@ class StackImpl final : public Stack::Impl {
              w.q_c->get(), w.g_kv->get(), w.kv, w.kR->get(), full, full ? w.kw->get() : nullptr,
              full ? w.ig_k->get() : nullptr, full ? w.ib_k->get() : nullptr, w.index, w.k8->get(),
              w.kscale->get(), clear, topk_->get());
-      if (full && use_side()) fork_side();  // the indexer's inputs are written
+      if (full && use_side()) {  // the indexer's inputs are written
+        if (lead_) {  // indexer_wq_b first, at full bandwidth (docs/DECISIONS.md, "Session 13")
+          indexer_wq_b(l, stream_);
+          wq_b_led_ = l;
+          ++leads_;
+        }
+        fork_side();
+      }
     } else if (op == "q_b_proj") {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
@@ -918,8 +956,10 @@ class StackImpl final : public Stack::Impl {
                    "uk_absorb");
       }
     } else if (op == "indexer_wq_b") {
-      gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
-           "indexer_wq_b", indexer_stream());
+      if (wq_b_led_ == l)  // launched at the fork
+        wq_b_led_ = -1;
+      else
+        indexer_wq_b(l, indexer_stream());
     } else if (op == "fused_q") {
       const int Wq = L + d.dr;  // qpack's per-head stride; qR at offset L
       const bool full = cfg.is_full_layer(l);
@@ -1203,6 +1243,11 @@ class StackImpl final : public Stack::Impl {
   bool forked_ = false;
   int forks_ = 0;
   BreakableGraph* graph_ = nullptr;
+  // This layer's indexer_wq_b may lead (wq_b_may_lead); the layer whose indexer_wq_b was
+  // launched at the fork (-1: none), so that the op itself launches nothing.
+  bool lead_ = false;
+  int wq_b_led_ = -1;
+  int leads_ = 0;
 };
 
 }  // namespace
@@ -1531,6 +1576,10 @@ int Stack::capture_count() const {
 
 int Stack::indexer_forks() const {
   return impl_->indexer_forks();
+}
+
+int Stack::indexer_leads() const {
+  return impl_->indexer_leads();
 }
 
 void Stack::skip_launch(const std::string& label) {
