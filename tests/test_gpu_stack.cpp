@@ -139,8 +139,9 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     // The steps under `plan`, and how often the stack forked the indexer's stream.
     const auto run = [&](const char* overlap, const gpu::Plan& plan) {
       setenv("DSV32_OVERLAP", overlap, 1);
+      setenv("DSV32_WQB_LEAD", "1", 1);
       struct Unset {
-        ~Unset() { unsetenv("DSV32_OVERLAP"); }
+        ~Unset() { unsetenv("DSV32_OVERLAP"), unsetenv("DSV32_WQB_LEAD"); }
       } unset;
       gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
       std::vector<StepTrace> out;

@@ -265,7 +265,6 @@ class StackImpl final : public Stack::Impl {
       it->second->replay();
     }
     check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
-    check(cudaStreamSynchronize(aux_), "indexer stream");
 #ifdef DSV32_TIMELINE
     dump_timeline(plan.name, T);
 #endif
@@ -365,11 +364,7 @@ class StackImpl final : public Stack::Impl {
       // launches (host values, such as the backend ring's address, are those of the capture).
       const std::string what = "time op " + op + " (graph)";
       BreakableGraph g(stream_, std::vector<Stream>{aux_});
-      graph_ = &g;
-      struct Done {
-        StackImpl& s;
-        ~Done() { s.graph_ = nullptr, s.forked_ = false, s.wq_b_led_ = -1; }
-      } done{*this};
+      const Recording recording(*this, &g, false);
       g.begin();
       g.graph(op, [&] {
         for (int i = 0; i < repeats; ++i) {
@@ -419,16 +414,11 @@ class StackImpl final : public Stack::Impl {
                           cudaMemcpyDeviceToDevice, stream_),
           "positions snapshot");
     auto graph = std::make_unique<BreakableGraph>(stream_, std::vector<Stream>{aux_});
-    in_capture_ = true;
-    graph_ = graph.get();
+    const Recording recording(*this, graph.get(), true);
     struct Reset {
       bool& a;
       ~Reset() { a = false; }
     };
-    struct Done {  // also when an op throws: the graph then joined and dropped its capture
-      StackImpl& s;
-      ~Done() { s.in_capture_ = false, s.graph_ = nullptr, s.forked_ = false, s.wq_b_led_ = -1; }
-    } done{*this};
     graph->begin();
     for (int l = 0; l < cfg.num_layers; ++l) {
       lead_ = wq_b_may_lead(plan, l);
@@ -717,6 +707,20 @@ class StackImpl final : public Stack::Impl {
     return name;
   }
 
+  /// While `g` records this stack's ops (capture: a plan's capture, else time_ops's graph):
+  /// graph_ set, and on leaving, also by an exception (the graph has then joined and dropped
+  /// its capture), the recording's state cleared: no fork open, no indexer_wq_b led.
+  struct Recording {
+    StackImpl& s;
+    Recording(StackImpl& stack, BreakableGraph* g, bool capture) : s(stack) {
+      s.graph_ = g;
+      s.in_capture_ = capture;
+    }
+    Recording(const Recording&) = delete;
+    Recording& operator=(const Recording&) = delete;
+    ~Recording() { s.in_capture_ = false, s.graph_ = nullptr, s.forked_ = false, s.wq_b_led_ = -1; }
+  };
+
   /// Two streams. An F layer's indexer (fused_q's indexer part, indexer_topk) runs on aux_,
   /// forked from the main stream after norm_rope_cache (which writes everything it reads) and
   /// joined before sparse_mqa (which reads its top-k rows), so that it overlaps q_b_proj,
@@ -770,9 +774,9 @@ class StackImpl final : public Stack::Impl {
   /// Whether layer l's indexer_wq_b may be launched at the fork, on the main stream ahead of
   /// q_b_proj and uk_absorb (run_op's norm_rope_cache): an F layer whose ops from
   /// norm_rope_cache to indexer_wq_b run in one stretch, so that the move changes no segment
-  /// (the eager plan, or all four captured).
+  /// (the eager plan, or all four captured). DSV32_WQB_LEAD=0: never (A/B timing).
   bool wq_b_may_lead(const Plan& plan, int l) const {
-    if (!cfg.is_full_layer(l)) return false;
+    if (!wq_b_lead_ || !cfg.is_full_layer(l)) return false;
     if (!plan.capture) return true;
     for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b"})
       if (plan.at(l, op) != Placement::graph) return false;
@@ -1236,6 +1240,7 @@ class StackImpl final : public Stack::Impl {
   // The indexer's stream and its fork and join (use_side; DSV32_OVERLAP=0: one stream). graph_:
   // the capture in progress, whose fork and join the stream's are while a graph op records.
   const bool overlap_ = switched_on("DSV32_OVERLAP");
+  const bool wq_b_lead_ = switched_on("DSV32_WQB_LEAD");  // 0: indexer_wq_b forks with the rest
   cudaStream_t aux_ = nullptr;
   cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
   cublasHandle_t blas_aux_ = nullptr;
