@@ -127,8 +127,9 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 // its own stream and with one stream (DSV32_OVERLAP=0, read when a stack is made) give the same
 // bits under every plan; a missing join would let sparse_mqa read top-k rows still being
 // written, or the next layer's clear race them. `indexer_wq_b` leads (runs on the main stream
-// ahead of `q_b_proj`) exactly where the plan keeps `norm_rope_cache` .. `indexer_wq_b` in one
-// stretch; `narrow` with `q_b_proj` eager forks without leading.
+// ahead of `q_b_proj`) exactly where the plan runs `norm_rope_cache` .. `indexer_topk` in one
+// forked stretch: eagerly, or all captured (a plan that captures the host op `indexer_topk` on
+// purpose); not under `narrow` (`indexer_topk` eager), nor `narrow` with `q_b_proj` eager.
 TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
   DSV32_REQUIRE_GPU();
   for (const char* name : {"ctx-around-k", "fs-pattern"}) {
@@ -155,6 +156,12 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     qb_eager.name = "narrow with q_b_proj eager";
     for (auto& layer : qb_eager.placement) layer["q_b_proj"] = gpu::Placement::eager;
     plans.push_back(qb_eager);
+    gpu::Plan all = gpu::plan_preset("breakable-eager", gc.cfg);
+    all.name = "every op captured";
+    all.allow_host_capture = true;  // indexer_topk, sparse_mqa and uv_proj too, on purpose
+    for (auto& layer : all.placement)
+      for (auto& [op, where] : layer) where = gpu::Placement::graph;
+    plans.push_back(all);
     for (const gpu::Plan& p : plans) {
       const std::string& plan = p.name;
       const auto [one, forks_one, leads_one] = run("0", p);
@@ -166,7 +173,8 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       bool leads = !p.capture;
       for (int l = 0; l < gc.cfg.num_layers; ++l) {
         bool stretch = gc.cfg.is_full_layer(l);
-        for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b"})
+        for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
+                               "fused_q", "indexer_topk"})
           stretch = stretch && p.at(l, op) == gpu::Placement::graph;
         leads = leads || stretch;
       }

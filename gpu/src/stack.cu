@@ -725,9 +725,9 @@ class StackImpl final : public Stack::Impl {
   /// forked from the main stream after norm_rope_cache (which writes everything it reads) and
   /// joined before sparse_mqa (which reads its top-k rows), so that it overlaps q_b_proj,
   /// uk_absorb and fused_q's rotation on the main stream. indexer_wq_b, the indexer's first
-  /// op, runs on the main stream just before the fork, ahead of q_b_proj, where the plan keeps
-  /// those ops in one stretch (wq_b_may_lead; else on aux_): alone it streams its weight at
-  /// full bandwidth and its successors start sooner than beside q_b_proj. Bits do not change: the
+  /// op, runs on the main stream just before the fork, ahead of q_b_proj, where the whole
+  /// indexer runs forked (wq_b_may_lead; else on aux_): alone it streams its weight at full
+  /// bandwidth and its successors start sooner than beside q_b_proj. Bits do not change: the
   /// same kernels on the same data, and the two branches write disjoint buffers. Inside a graph
   /// segment the fork and the join are captured (graph_); an eager segment of a captured plan
   /// runs on the main stream alone; a sequence of ops that ends with the fork open is joined
@@ -773,12 +773,17 @@ class StackImpl final : public Stack::Impl {
   }
   /// Whether layer l's indexer_wq_b may be launched at the fork, on the main stream ahead of
   /// q_b_proj and uk_absorb (run_op's norm_rope_cache): an F layer whose ops from
-  /// norm_rope_cache to indexer_wq_b run in one stretch, so that the move changes no segment
-  /// (the eager plan, or all four captured). DSV32_WQB_LEAD=0: never (A/B timing).
+  /// norm_rope_cache to indexer_topk run in one forked stretch, so that the move changes no
+  /// segment and the indexer's chain it starts sooner runs on to the join: the eager plan, or
+  /// a plan that captures all six (indexer_topk is an H op: mutant plans only). Where
+  /// indexer_topk is an eager op (`narrow`) the chain stops at the segment's end anyway, and
+  /// leading only puts indexer_wq_b in series with q_b_proj (2-4 us slower at T >= 2,
+  /// measured). DSV32_WQB_LEAD=0: never (A/B timing).
   bool wq_b_may_lead(const Plan& plan, int l) const {
     if (!wq_b_lead_ || !cfg.is_full_layer(l)) return false;
     if (!plan.capture) return true;
-    for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b"})
+    for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b", "fused_q",
+                           "indexer_topk"})
       if (plan.at(l, op) != Placement::graph) return false;
     return true;
   }
