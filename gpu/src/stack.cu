@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -117,6 +118,7 @@ struct Stack::Impl {
   virtual std::vector<double> residual(int T) = 0;
   virtual void synthesize_context(const StepInput& in) = 0;
   virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
+  virtual double last_host_ms() const = 0;
   virtual int capture_count() const = 0;
   virtual int indexer_forks() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
@@ -328,6 +330,7 @@ class StackImpl final : public Stack::Impl {
                                   for (int i = 0; i < repeats; ++i) step();
                                 }) /
                       repeats;
+    host_ms_ /= repeats;
 #ifdef DSV32_TIMELINE
     reset_timeline();  // one more step, recorded
     step();
@@ -494,7 +497,10 @@ class StackImpl final : public Stack::Impl {
     check(cudaEventCreate(&e.a), what);
     check(cudaEventCreate(&e.b), what);
     check(cudaEventRecord(e.a, stream_), what);
+    const auto t0 = std::chrono::steady_clock::now();
     launch();
+    batch_host_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     check(cudaEventRecord(e.b, stream_), what);
     check(cudaEventSynchronize(e.b), what);
     float ms = 0.f;
@@ -503,14 +509,23 @@ class StackImpl final : public Stack::Impl {
   }
 
   /// The median of kTimingBatches timings of `launch` (a host stall or a clock change in one
-  /// batch does not move the result).
+  /// batch does not move the result); host_ms_: the median of the host's time in `launch`
+  /// itself (enqueuing, or blocked where the queue was full).
   static constexpr int kTimingBatches = 3;
   template <class F>
   double median_ms(const char* what, F&& launch) {
-    std::array<double, kTimingBatches> ms{};
-    for (double& v : ms) v = elapsed_ms(what, launch);
+    std::array<double, kTimingBatches> ms{}, host{};
+    for (int b = 0; b < kTimingBatches; ++b) {
+      ms[b] = elapsed_ms(what, launch);
+      host[b] = batch_host_ms_;
+    }
     std::sort(ms.begin(), ms.end());
+    std::sort(host.begin(), host.end());
+    host_ms_ = host[kTimingBatches / 2];
     return ms[kTimingBatches / 2];
+  }
+  double last_host_ms() const override {
+    return host_ms_;
   }
 
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
@@ -1207,6 +1222,9 @@ class StackImpl final : public Stack::Impl {
   bool forked_ = false;
   int forks_ = 0;
   BreakableGraph* graph_ = nullptr;
+  // Host milliseconds in the last timed batch's launches, and the median over the batches of
+  // the last median_ms (per step after time_step).
+  double batch_host_ms_ = 0, host_ms_ = 0;
 };
 
 }  // namespace
@@ -1516,6 +1534,10 @@ void Stack::synthesize_context(const StepInput& in) {
 double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
   const detail::DeviceGuard on(impl_->device);
   return impl_->time_step(plan, in, repeats);
+}
+
+double Stack::last_host_ms() const {
+  return impl_->last_host_ms();
 }
 
 std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats,

@@ -83,6 +83,11 @@ class Stack {
   /// Mean milliseconds of one step under `plan` over `repeats` timed runs (CUDA events, after a
   /// warm-up run that also captures).
   double time_step(const Plan& plan, const StepInput& in, int repeats);
+  /// Milliseconds the host spent launching one step in the last time_step (the median batch's
+  /// launch loop over its repeats). Well under the step's own time, the GPU's work set the
+  /// step's time; near it, the host's launches did (or a full launch queue blocked the host,
+  /// which takes far more launches than a benchmark's 10 repeats make).
+  double last_host_ms() const;
   /// Mean milliseconds of each op of layer 0 run `repeats` times back to back in isolation after
   /// one eager run of the step (every buffer then holds the step's values): the ops of the
   /// `eager` plan, then `latent_copy` and `uv_proj_static`. `graph`: the repeats captured as one
