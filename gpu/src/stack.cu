@@ -325,12 +325,11 @@ class StackImpl final : public Stack::Impl {
       else
         it->second->replay();
     };
-    const double ms = median_ms("time step",
-                                [&] {
-                                  for (int i = 0; i < repeats; ++i) step();
-                                }) /
-                      repeats;
-    host_ms_ /= repeats;
+    const Timing t = median_ms("time step", [&] {
+      for (int i = 0; i < repeats; ++i) step();
+    });
+    const double ms = t.gpu / repeats;
+    host_step_ms_ = t.host / repeats;
 #ifdef DSV32_TIMELINE
     reset_timeline();  // one more step, recorded
     step();
@@ -349,15 +348,15 @@ class StackImpl final : public Stack::Impl {
     ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
     std::vector<std::pair<std::string, double>> out;
     for (const std::string& op : ops) {
-      run_op(0, op);  // warm-up
-      join_side();
+      const auto run_repeats = [&](int n) {  // each run joined: the op alone, end to end
+        for (int i = 0; i < n; ++i) {
+          run_op(0, op);
+          join_side();
+        }
+      };
+      run_repeats(1);  // warm-up
       if (!graph) {
-        const double ms = median_ms(("time op " + op).c_str(), [&] {
-          for (int i = 0; i < repeats; ++i) {
-            run_op(0, op);
-            join_side();
-          }
-        });
+        const double ms = median_ms(("time op " + op).c_str(), [&] { run_repeats(repeats); }).gpu;
         out.emplace_back(op, ms / repeats);
         continue;
       }
@@ -367,15 +366,10 @@ class StackImpl final : public Stack::Impl {
       BreakableGraph g(stream_, std::vector<Stream>{aux_});
       const Recording recording(*this, &g, false);
       g.begin();
-      g.graph(op, [&] {
-        for (int i = 0; i < repeats; ++i) {
-          run_op(0, op);
-          join_side();
-        }
-      });
+      g.graph(op, [&] { run_repeats(repeats); });
       g.end();
       g.replay();  // warm-up
-      const double ms = median_ms(what.c_str(), [&] { g.replay(); });
+      const double ms = median_ms(what.c_str(), [&] { g.replay(); }).gpu;
       out.emplace_back(op, ms / repeats);
     }
     return out;
@@ -484,9 +478,14 @@ class StackImpl final : public Stack::Impl {
   }
 
  private:
-  /// Milliseconds the work `launch` enqueues on the stack's stream takes (CUDA events).
+  /// Milliseconds the work `launch` enqueues on the stack's stream takes on the GPU (CUDA
+  /// events), and the host's milliseconds in `launch` itself (enqueuing, or blocked where the
+  /// launch queue was full).
+  struct Timing {
+    double gpu, host;
+  };
   template <class F>
-  double elapsed_ms(const char* what, F&& launch) {
+  Timing elapsed_ms(const char* what, F&& launch) {
     struct Events {
       cudaEvent_t a = nullptr, b = nullptr;
       ~Events() {
@@ -499,33 +498,32 @@ class StackImpl final : public Stack::Impl {
     check(cudaEventRecord(e.a, stream_), what);
     const auto t0 = std::chrono::steady_clock::now();
     launch();
-    batch_host_ms_ =
+    const double host =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     check(cudaEventRecord(e.b, stream_), what);
     check(cudaEventSynchronize(e.b), what);
     float ms = 0.f;
     check(cudaEventElapsedTime(&ms, e.a, e.b), what);
-    return ms;
+    return {ms, host};
   }
 
-  /// The median of kTimingBatches timings of `launch` (a host stall or a clock change in one
-  /// batch does not move the result); host_ms_: the median of the host's time in `launch`
-  /// itself (enqueuing, or blocked where the queue was full).
+  /// The medians of kTimingBatches timings of `launch`, the GPU's and the host's (a host stall
+  /// or a clock change in one batch does not move them).
   static constexpr int kTimingBatches = 3;
   template <class F>
-  double median_ms(const char* what, F&& launch) {
-    std::array<double, kTimingBatches> ms{}, host{};
+  Timing median_ms(const char* what, F&& launch) {
+    std::array<double, kTimingBatches> gpu{}, host{};
     for (int b = 0; b < kTimingBatches; ++b) {
-      ms[b] = elapsed_ms(what, launch);
-      host[b] = batch_host_ms_;
+      const Timing t = elapsed_ms(what, launch);
+      gpu[b] = t.gpu;
+      host[b] = t.host;
     }
-    std::sort(ms.begin(), ms.end());
+    std::sort(gpu.begin(), gpu.end());
     std::sort(host.begin(), host.end());
-    host_ms_ = host[kTimingBatches / 2];
-    return ms[kTimingBatches / 2];
+    return {gpu[kTimingBatches / 2], host[kTimingBatches / 2]};
   }
   double last_host_ms() const override {
-    return host_ms_;
+    return host_step_ms_;
   }
 
   LayerDev<S> make_layer(const LayerWeights& w, int l, long long slots) {
@@ -1222,9 +1220,7 @@ class StackImpl final : public Stack::Impl {
   bool forked_ = false;
   int forks_ = 0;
   BreakableGraph* graph_ = nullptr;
-  // Host milliseconds in the last timed batch's launches, and the median over the batches of
-  // the last median_ms (per step after time_step).
-  double batch_host_ms_ = 0, host_ms_ = 0;
+  double host_step_ms_ = 0;  // the last time_step's host time per step (last_host_ms)
 };
 
 }  // namespace
