@@ -126,19 +126,25 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 // The indexer's stream (docs/GPU.md, "Two streams"): the same steps with the indexer forked onto
 // its own stream and with one stream (DSV32_OVERLAP=0, read when a stack is made) give the same
 // bits under every plan; a missing join would let sparse_mqa read top-k rows still being
-// written, or the next layer's clear race them.
+// written, or the next layer's clear race them. So does the arrangement of sessions 11-13
+// (DSV32_GATHER_SIDE=0: sparse_mqa's gather after the join, on the main stream;
+// DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait).
 TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
   DSV32_REQUIRE_GPU();
+  static constexpr const char* kSwitches[] = {"DSV32_OVERLAP", "DSV32_GATHER_SIDE", "DSV32_SCORES_EARLY"};
   for (const char* name : {"ctx-around-k", "fs-pattern"}) {
     const golden::GoldenCase gc = golden::read(fixture(name));
     bool indexer = false;
     for (int l = 0; l < gc.cfg.num_layers; ++l) indexer = indexer || gc.cfg.is_full_layer(l);
     ASSERT_TRUE(indexer) << name << " has no F layer";
-    // The steps under `plan`, and how often the stack forked the indexer's stream.
-    const auto run = [&](const char* overlap, const gpu::Plan& plan) {
-      setenv("DSV32_OVERLAP", overlap, 1);
+    // The steps under `plan` with the switches at `values` (in kSwitches' order), and how often
+    // the stack forked the indexer's stream.
+    const auto run = [&](const char* values, const gpu::Plan& plan) {
+      for (int i = 0; i < 3; ++i) setenv(kSwitches[i], values[i] == '0' ? "0" : "1", 1);
       struct Unset {
-        ~Unset() { unsetenv("DSV32_OVERLAP"); }
+        ~Unset() {
+          for (const char* v : kSwitches) unsetenv(v);
+        }
       } unset;
       gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
       std::vector<StepTrace> out;
@@ -147,10 +153,14 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     };
     for (const std::string& plan : gpu::plan_names()) {
       const gpu::Plan p = gpu::plan_preset(plan, gc.cfg);
-      const auto [one, forks_one] = run("0", p);
-      const auto [two, forks_two] = run("1", p);
+      const auto [one, forks_one] = run("011", p);
+      const auto [two, forks_two] = run("111", p);
+      const auto [before, forks_before] = run("100", p);
       ASSERT_EQ(one.size(), gc.steps.size());
       EXPECT_EQ(gpu::first_difference(gc.cfg, one, two), "") << name << " under " << plan;
+      EXPECT_EQ(gpu::first_difference(gc.cfg, before, two), "")
+          << name << " under " << plan << ": the gather's stream or the keys' staging moved bits";
+      EXPECT_EQ(forks_before, forks_two) << name << " under " << plan;
       EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 forked";
       // An eager segment keeps one stream: the indexer forks eagerly, or where one of its ops
       // is captured (`breakable-eager` and `wide` run them all as eager segments).

@@ -611,35 +611,46 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const unsigned (&a)[4], u
 
 __global__ void __launch_bounds__(kIdxMmaThreads)
     index_scores_mma(Dims d, Meta m, const std::uint8_t* q8, const float* omega, IndexCache cache,
-                     float* scores, int ld_scores, int rows, int per_block) {
+                     float* scores, int ld_scores, int rows, int per_block, bool early) {
   __shared__ __align__(16) __half qh[kIdxMmaHeads * kIdxMmaRow];
   __shared__ __align__(16) __half kh[kIdxMmaKeys * kIdxMmaRow];
   __shared__ float om[kIdxMmaHeads], ksc[kIdxMmaKeys], part[kIdxMmaHeads / 16][kIdxMmaKeys];
-  stream_order();
   const int t0 = blockIdx.x * per_block, t1 = min(rows, t0 + per_block);
   const int j0 = blockIdx.y * kIdxMmaKeys, tid = threadIdx.x, HT = (d.HI + 15) / 16;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  // Stages request r's keys for token t: up to the last position any of the block's tokens of
+  // r reaches (a key past a token's position is staged but its score is not written).
+  const auto stage = [&](int t, int r, int p) {
+    int last = p;
+    for (int u = t + 1; u < t1; ++u)
+      if (m.request_of_token[u] == r) last = max(last, m.positions[u]);
+    __syncthreads();  // the previous token's products are done with kh
+    for (int i = tid; i < kIdxMmaKeys * 8; i += blockDim.x) {  // a 16-code piece of a key
+      const int kk = i / 8, piece = i % 8, j = j0 + kk;
+      uint4 w = zero;
+      if (j <= last) {
+        const long long slot = slot_of(d, m, r, j);
+        w = __ldg(reinterpret_cast<const uint4*>(cache.codes + slot * 128) + piece);
+        if (piece == 0) ksc[kk] = cache.scales[slot];
+      }
+      e4m3x16_to_f16(w, kh + kk * kIdxMmaRow + piece * 16);
+    }
+  };
   int staged = -1;  // the request whose keys are in kh
+  // The first token's keys before the wait: the index cache and the step's metadata are
+  // written before the indexer's chain starts (norm_rope_cache, the fork's event or, on one
+  // stream, two launches back: a resident block's predecessor has passed its own wait, so the
+  // one before that has completed), so only q8 and omega need the wait.
+  if (early && t0 < t1 && j0 <= m.positions[t0]) {
+    staged = m.request_of_token[t0];
+    stage(t0, staged, m.positions[t0]);
+  }
+  stream_order();
   for (int t = t0; t < t1; ++t) {
     const int p = m.positions[t], r = m.request_of_token[t];
     if (j0 > p) continue;  // the same in every thread
     if (r != staged) {
-      // This request's keys up to the last position any of the block's tokens of it reaches
-      // (a key past a token's position is staged but its score is not written).
-      int last = p;
-      for (int u = t + 1; u < t1; ++u)
-        if (m.request_of_token[u] == r) last = max(last, m.positions[u]);
-      __syncthreads();  // the previous token's products are done with kh
-      for (int i = tid; i < kIdxMmaKeys * 8; i += blockDim.x) {  // a 16-code piece of a key
-        const int kk = i / 8, piece = i % 8, j = j0 + kk;
-        uint4 w = zero;
-        if (j <= last) {
-          const long long slot = slot_of(d, m, r, j);
-          w = __ldg(reinterpret_cast<const uint4*>(cache.codes + slot * 128) + piece);
-          if (piece == 0) ksc[kk] = cache.scales[slot];
-        }
-        e4m3x16_to_f16(w, kh + kk * kIdxMmaRow + piece * 16);
-      }
+      stage(t, r, p);
       staged = r;
     }
     for (int i = tid; i < HT * 16 * 8; i += blockDim.x) {  // a 16-code piece of a head's q

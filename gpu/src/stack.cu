@@ -977,7 +977,7 @@ class StackImpl final : public Stack::Impl {
             launch(op.c_str(), k::index_scores_mma,
                    dim3((Ta + per - 1) / per, (longest_ + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
                    k::kIdxMmaThreads, 0, s, d, m, w.q8->get(), w.omega->get(), w.index,
-                   scores_->get(), max_len_, Ta, per);
+                   scores_->get(), max_len_, Ta, per, scores_early_);
           } else if (static_cast<long long>(Ta) * ((longest_ + 127) / 128) >= 2LL * sms_)
             launch(op.c_str(), k::index_scores_keys, dim3(Ta, (longest_ + 127) / 128),
                    k::kIdxKeyThreads, k::index_scores_smem(d), s, d, m, w.q8->get(), w.omega->get(),
@@ -992,20 +992,26 @@ class StackImpl final : public Stack::Impl {
                k::kTopkThreads, 0, s, d, m, scores_->get(), max_len_, topk_->get());
       }
     } else if (op == "sparse_mqa") {
-      join_side();  // the top-k rows
+      // The gather reads only the top-k rows and the cache (written before the fork): with the
+      // indexer's stream open it runs there, after the select, and the join follows it.
+      const bool gather_side = forked_ && gather_side_;
+      if (!gather_side) join_side();  // the top-k rows
       // The backend returns its output in a buffer it owns; the address rotates call to call.
       S* olat = ring_[ring_next_]->get();
       ring_next_ = (ring_next_ + 1) % ring_.size();
       backend_olat_ = olat;
       if (mutant_ == "unjoined-stream" && eager_segment_)  // a slow backend: the race is certain
         k::spin<<<1, 1, 0, stream_>>>(2'000'000);
+      const int W = L + d.dr;
+      const long long HK = static_cast<long long>(H) * d.K;
       if (Ta > 0) {
-        const int W = L + d.dr;
-        const long long HK = static_cast<long long>(H) * d.K;
         launch(op.c_str(), k::mqa_gather<S>,
                dim3(Ta, (d.K + k::kMqaGatherRows - 1) / k::kMqaGatherRows), k::kMqaThreads, 0,
-               stream_, d, m, w.kv, topk_->get(), mqa_keys_->get(),
+               gather_side ? aux_ : stream_, d, m, w.kv, topk_->get(), mqa_keys_->get(),
                (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0, w.topk_trace->get());
+      }
+      if (gather_side) join_side();  // the gathered keys
+      if (Ta > 0) {
         // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr
         // (cuBLAS is column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major
         // view and qpack_t a W x H one).
@@ -1200,6 +1206,11 @@ class StackImpl final : public Stack::Impl {
   // indexer_topk's select with value bins ahead of the radix passes (DSV32_TOPK_BINS=0: the
   // radix passes alone, the select of sessions 3-9, for A/B timing).
   const bool topk_bins_ = switched_on("DSV32_TOPK_BINS");
+  // sparse_mqa's gather on the indexer's stream, the join after it (DSV32_GATHER_SIDE=0: the
+  // join before it, as in sessions 11-13), and index_scores_mma staging its keys before its
+  // wait (DSV32_SCORES_EARLY=0: after it); for A/B timing, the bits do not change.
+  const bool gather_side_ = switched_on("DSV32_GATHER_SIDE");
+  const bool scores_early_ = switched_on("DSV32_SCORES_EARLY");
   int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, sms_ = 1;
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   std::string mutant_;
@@ -1299,7 +1310,7 @@ IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
   if (mma)
     k::index_scores_mma<<<dim3(1, (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
                           k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, c->get(), keys,
-                                               1, 1);
+                                               1, 1, true);
   check(cudaGetLastError(), "index_score_kernels launch");
   run.grouped = download(a->get(), keys);
   run.per_key = download(b->get(), keys);
@@ -1426,7 +1437,7 @@ std::string index_scores_blocking_disagrees(int tokens, int keys, std::uint64_t 
     k::index_scores_mma<<<dim3((tokens + per - 1) / per,
                                (keys + k::kIdxMmaKeys - 1) / k::kIdxMmaKeys),
                           k::kIdxMmaThreads>>>(d, m, dq->get(), dom->get(), cache, out->get(), keys,
-                                               tokens, per);
+                                               tokens, per, true);
     check(cudaGetLastError(), "index_scores_blocking launch");
     const std::vector<float> got = download(out->get(), static_cast<std::size_t>(tokens) * keys);
     if (first.empty()) {
