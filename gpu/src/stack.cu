@@ -695,8 +695,15 @@ class StackImpl final : public Stack::Impl {
       return op + ":cuBLAS " + (what.rfind(op + " ", 0) == 0 ? what.substr(op.size() + 1) : what);
     });
   }
-  /// A kernel's name without namespaces, template arguments or parameters ("gemv").
-  static std::string kernel_label(const void* kernel) {
+  /// A kernel's name without namespaces, template arguments or parameters ("gemv"), worked out
+  /// once a kernel: the driver's lookup and the demangling took the host about 1.5 us a launch,
+  /// which made an ablation's eager steps host-bound (session 14).
+  const std::string& kernel_label(const void* kernel) {
+    auto [it, fresh] = kernel_labels_.try_emplace(kernel);
+    if (fresh) it->second = demangled_label(kernel);
+    return it->second;
+  }
+  static std::string demangled_label(const void* kernel) {
     const char* mangled = nullptr;
     if (cudaFuncGetName(&mangled, kernel) != cudaSuccess || mangled == nullptr) {
       cudaGetLastError();
@@ -1200,6 +1207,7 @@ class StackImpl final : public Stack::Impl {
   std::string skip_;
   bool record_ = false;
   std::vector<std::string> labels_;
+  std::map<const void*, std::string> kernel_labels_;  // kernel_label's
   // indexer_topk's scores on tensor cores where k::index_mma_fits (DSV32_INDEX_MMA=0: the
   // CUDA-core kernels of sessions 3-5, for A/B timing).
   const bool index_mma_ = switched_on("DSV32_INDEX_MMA");
