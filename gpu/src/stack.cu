@@ -1000,9 +1000,8 @@ class StackImpl final : public Stack::Impl {
       }
     } else if (op == "sparse_mqa") {
       // The gather reads only the top-k rows and the cache (written before the fork): with the
-      // indexer's stream open it runs there, after the select, and the join follows it.
-      const bool gather_side = forked_ && gather_side_;
-      if (!gather_side) join_side();  // the top-k rows
+      // indexer's stream still open it runs there, after the select, and the join follows it.
+      if (!gather_side_) join_side();  // the top-k rows
       // The backend returns its output in a buffer it owns; the address rotates call to call.
       S* olat = ring_[ring_next_]->get();
       ring_next_ = (ring_next_ + 1) % ring_.size();
@@ -1014,10 +1013,10 @@ class StackImpl final : public Stack::Impl {
       if (Ta > 0) {
         launch(op.c_str(), k::mqa_gather<S>,
                dim3(Ta, (d.K + k::kMqaGatherRows - 1) / k::kMqaGatherRows), k::kMqaThreads, 0,
-               gather_side ? aux_ : stream_, d, m, w.kv, topk_->get(), mqa_keys_->get(),
+               forked_ ? aux_ : stream_, d, m, w.kv, topk_->get(), mqa_keys_->get(),
                (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0, w.topk_trace->get());
       }
-      if (gather_side) join_side();  // the gathered keys
+      join_side();  // the gathered keys (a no-op when joined above or never forked)
       if (Ta > 0) {
         // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr
         // (cuBLAS is column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major
