@@ -199,12 +199,12 @@ TEST(Compare, Fp8CacheStepsUpFromABinadesBottomRoundedToFp32) {
 RC_GTEST_PROP(CompareProperty, Fp8CacheTakesOneCodeAndRejectsThreeSteps, ()) {
   const int n = *rc::gen::inRange(2, 17);
   const int e = *rc::gen::inRange(-20, 8);
-  const float s =
-      std::ldexp(1.f + static_cast<float>(*rc::gen::inRange(0, 1 << 23)) * 0x1p-23f, e);
+  const float s = std::ldexp(1.f + static_cast<float>(*rc::gen::inRange(0, 1 << 23)) * 0x1p-23f, e);
   std::vector<double> codes(n);
   codes[0] = kE4m3Max;  // the tile's amax
   for (int i = 1; i < n; ++i)
-    codes[i] = (*rc::gen::arbitrary<bool>() ? -1 : 1) * e4m3_value(static_cast<std::uint8_t>(*rc::gen::inRange(0, 0x7F)));
+    codes[i] = (*rc::gen::arbitrary<bool>() ? -1 : 1) *
+               e4m3_value(static_cast<std::uint8_t>(*rc::gen::inRange(0, 0x7F)));
   std::vector<double> v(n);
   for (int i = 0; i < n; ++i) v[i] = static_cast<float>(codes[i] * s);
   const Tensor t0 = Tensor::from("c", {1, n}, v, DType::float32);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <memory>
 
@@ -131,7 +132,8 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 // DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait).
 TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
   DSV32_REQUIRE_GPU();
-  static constexpr const char* kSwitches[] = {"DSV32_OVERLAP", "DSV32_GATHER_SIDE", "DSV32_SCORES_EARLY"};
+  static constexpr const char* kSwitches[] = {"DSV32_OVERLAP", "DSV32_GATHER_SIDE",
+                                              "DSV32_SCORES_EARLY"};
   for (const char* name : {"ctx-around-k", "fs-pattern"}) {
     const golden::GoldenCase gc = golden::read(fixture(name));
     bool indexer = false;
@@ -140,7 +142,8 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     // The steps under `plan` with the switches at `values` (in kSwitches' order), and how often
     // the stack forked the indexer's stream.
     const auto run = [&](const char* values, const gpu::Plan& plan) {
-      for (int i = 0; i < 3; ++i) setenv(kSwitches[i], values[i] == '0' ? "0" : "1", 1);
+      for (std::size_t i = 0; i < std::size(kSwitches); ++i)
+        setenv(kSwitches[i], values[i] == '0' ? "0" : "1", 1);
       struct Unset {
         ~Unset() {
           for (const char* v : kSwitches) unsetenv(v);
