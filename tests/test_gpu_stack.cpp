@@ -129,18 +129,22 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 // bits under every plan; a missing join would let sparse_mqa read top-k rows still being
 // written, or the next layer's clear race them. So does the arrangement of sessions 11-13
 // (DSV32_GATHER_SIDE=0: sparse_mqa's gather after the join, on the main stream;
-// DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait).
+// DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait; DSV32_WQB_LEAD=0).
+// `indexer_wq_b` leads (runs on the main stream ahead of `q_b_proj`) exactly where the plan
+// runs `norm_rope_cache` .. `indexer_topk` in one forked stretch: eagerly, or all captured (a
+// plan that captures the host op `indexer_topk` on purpose); not under `narrow` (`indexer_topk`
+// eager), nor `narrow` with `q_b_proj` eager.
 TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
   DSV32_REQUIRE_GPU();
   static constexpr const char* kSwitches[] = {"DSV32_OVERLAP", "DSV32_GATHER_SIDE",
-                                              "DSV32_SCORES_EARLY"};
+                                              "DSV32_SCORES_EARLY", "DSV32_WQB_LEAD"};
   for (const char* name : {"ctx-around-k", "fs-pattern"}) {
     const golden::GoldenCase gc = golden::read(fixture(name));
     bool indexer = false;
     for (int l = 0; l < gc.cfg.num_layers; ++l) indexer = indexer || gc.cfg.is_full_layer(l);
     ASSERT_TRUE(indexer) << name << " has no F layer";
     // The steps under `plan` with the switches at `values` (in kSwitches' order), and how often
-    // the stack forked the indexer's stream.
+    // the stack forked the indexer's stream and led with indexer_wq_b.
     const auto run = [&](const char* values, const gpu::Plan& plan) {
       for (std::size_t i = 0; i < std::size(kSwitches); ++i)
         setenv(kSwitches[i], values[i] == '0' ? "0" : "1", 1);
@@ -152,19 +156,47 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
       std::vector<StepTrace> out;
       for (const StepInput& in : gc.steps) out.push_back(stack.run(plan, in));
-      return std::pair{out, stack.indexer_forks()};
+      return std::tuple{out, stack.indexer_forks(), stack.indexer_leads()};
     };
-    for (const std::string& plan : gpu::plan_names()) {
-      const gpu::Plan p = gpu::plan_preset(plan, gc.cfg);
-      const auto [one, forks_one] = run("011", p);
-      const auto [two, forks_two] = run("111", p);
-      const auto [before, forks_before] = run("100", p);
+    std::vector<gpu::Plan> plans;
+    for (const std::string& plan : gpu::plan_names())
+      plans.push_back(gpu::plan_preset(plan, gc.cfg));
+    gpu::Plan qb_eager = gpu::plan_preset("narrow", gc.cfg);
+    qb_eager.name = "narrow with q_b_proj eager";
+    for (auto& layer : qb_eager.placement) layer["q_b_proj"] = gpu::Placement::eager;
+    plans.push_back(qb_eager);
+    gpu::Plan all = gpu::plan_preset("breakable-eager", gc.cfg);
+    all.name = "every op captured";
+    all.allow_host_capture = true;  // indexer_topk, sparse_mqa and uv_proj too, on purpose
+    for (auto& layer : all.placement)
+      for (auto& [op, where] : layer) where = gpu::Placement::graph;
+    plans.push_back(all);
+    for (const gpu::Plan& p : plans) {
+      const std::string& plan = p.name;
+      const auto [one, forks_one, leads_one] = run("0111", p);
+      const auto [two, forks_two, leads_two] = run("1111", p);
+      const auto [before, forks_before, leads_before] = run("1000", p);
+      EXPECT_EQ(leads_before, 0) << name << " under " << plan << ": DSV32_WQB_LEAD=0 led";
       ASSERT_EQ(one.size(), gc.steps.size());
       EXPECT_EQ(gpu::first_difference(gc.cfg, one, two), "") << name << " under " << plan;
       EXPECT_EQ(gpu::first_difference(gc.cfg, before, two), "")
           << name << " under " << plan << ": the gather's stream or the keys' staging moved bits";
       EXPECT_EQ(forks_before, forks_two) << name << " under " << plan;
       EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 forked";
+      EXPECT_EQ(leads_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 led";
+      bool leads = !p.capture;
+      for (int l = 0; l < gc.cfg.num_layers; ++l) {
+        bool stretch = gc.cfg.is_full_layer(l);
+        for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
+                               "fused_q", "indexer_topk"})
+          stretch = stretch && p.at(l, op) == gpu::Placement::graph;
+        leads = leads || stretch;
+      }
+      if (leads) {
+        EXPECT_GT(leads_two, 0) << name << " under " << plan << ": indexer_wq_b never led";
+      } else {
+        EXPECT_EQ(leads_two, 0) << name << " under " << plan << ": indexer_wq_b led";
+      }
       // An eager segment keeps one stream: the indexer forks eagerly, or where one of its ops
       // is captured (`breakable-eager` and `wide` run them all as eager segments).
       bool forks = !p.capture;

@@ -121,6 +121,7 @@ struct Stack::Impl {
   virtual double last_host_ms() const = 0;
   virtual int capture_count() const = 0;
   virtual int indexer_forks() const = 0;
+  virtual int indexer_leads() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
                                                                int repeats, bool graph) = 0;
@@ -347,6 +348,7 @@ class StackImpl final : public Stack::Impl {
     std::vector<std::string> ops = eager.ops(cfg, 0);
     ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
     std::vector<std::pair<std::string, double>> out;
+    lead_ = false;  // each op alone: indexer_wq_b is timed as its own op
     for (const std::string& op : ops) {
       const auto run_repeats = [&](int n) {  // each run joined: the op alone, end to end
         for (int i = 0; i < n; ++i) {
@@ -399,9 +401,9 @@ class StackImpl final : public Stack::Impl {
     empty.slots.assign(T, -1);
     empty.hidden = Mat::Ones(T, cfg.hidden_size);
     upload_step(empty);
-    const int forks = forks_;  // the warm-up's forks are not the plan's (indexer_forks)
-    run_layers(plan);          // warm-up on the capture stream
-    forks_ = forks;
+    const int forks = forks_, leads = leads_;  // the warm-up's are not the plan's
+    run_layers(plan);                          // warm-up on the capture stream
+    forks_ = forks, leads_ = leads;
     check(cudaStreamSynchronize(stream_), "capture warm-up");
     upload_step(empty);  // ones again: a graph op that ran during capture would change them
     // What a graph would bake if it read host values (mutant stale-positions).
@@ -415,7 +417,8 @@ class StackImpl final : public Stack::Impl {
       ~Reset() { a = false; }
     };
     graph->begin();
-    for (int l = 0; l < cfg.num_layers; ++l)
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      lead_ = wq_b_may_lead(plan, l);
       for (const std::string& op : plan.ops(cfg, l)) {
         const std::string where = "layer" + std::to_string(l) + "/" + op;
         if (plan.at(l, op) == Placement::graph) {
@@ -433,6 +436,7 @@ class StackImpl final : public Stack::Impl {
           });
         }
       }
+    }
     join_side();
     const CaptureInfo info = graph->end();
     captures_[{plan.name, T}] = std::move(graph);
@@ -442,6 +446,9 @@ class StackImpl final : public Stack::Impl {
   int capture_count() const override { return static_cast<int>(captures_.size()); }
   int indexer_forks() const override {
     return forks_;
+  }
+  int indexer_leads() const override {
+    return leads_;
   }
 
   void set_mutant(const std::string& name) override {
@@ -722,7 +729,7 @@ class StackImpl final : public Stack::Impl {
 
   /// While `g` records this stack's ops (capture: a plan's capture, else time_ops's graph):
   /// graph_ set, and on leaving, also by an exception (the graph has then joined and dropped
-  /// its capture), the recording's state cleared: no capture, no fork open.
+  /// its capture), the recording's state cleared: no fork open, no indexer_wq_b led.
   struct Recording {
     StackImpl& s;
     Recording(StackImpl& stack, BreakableGraph* g, bool capture) : s(stack) {
@@ -731,13 +738,16 @@ class StackImpl final : public Stack::Impl {
     }
     Recording(const Recording&) = delete;
     Recording& operator=(const Recording&) = delete;
-    ~Recording() { s.in_capture_ = false, s.graph_ = nullptr, s.forked_ = false; }
+    ~Recording() { s.in_capture_ = false, s.graph_ = nullptr, s.forked_ = false, s.wq_b_led_ = -1; }
   };
 
-  /// Two streams. An F layer's indexer (indexer_wq_b, fused_q's indexer part, indexer_topk)
-  /// runs on aux_, forked from the main stream after norm_rope_cache (which writes everything
-  /// it reads) and joined before sparse_mqa (which reads its top-k rows), so that it overlaps
-  /// q_b_proj, uk_absorb and fused_q's rotation on the main stream. Bits do not change: the
+  /// Two streams. An F layer's indexer (fused_q's indexer part, indexer_topk) runs on aux_,
+  /// forked from the main stream after norm_rope_cache (which writes everything it reads) and
+  /// joined before sparse_mqa (which reads its top-k rows), so that it overlaps q_b_proj,
+  /// uk_absorb and fused_q's rotation on the main stream. indexer_wq_b, the indexer's first
+  /// op, runs on the main stream just before the fork, ahead of q_b_proj, where the whole
+  /// indexer runs forked (wq_b_may_lead; else on aux_): alone it streams its weight at full
+  /// bandwidth and its successors start sooner than beside q_b_proj. Bits do not change: the
   /// same kernels on the same data, and the two branches write disjoint buffers. Inside a graph
   /// segment the fork and the join are captured (graph_); an eager segment of a captured plan
   /// runs on the main stream alone; a sequence of ops that ends with the fork open is joined
@@ -775,9 +785,27 @@ class StackImpl final : public Stack::Impl {
   }
   /// Every layer's ops of `plan`, launched in order (no capture), the indexer stream joined.
   void run_layers(const Plan& plan) {
-    for (int l = 0; l < cfg.num_layers; ++l)
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      lead_ = wq_b_may_lead(plan, l);
       for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
+    }
     join_side();
+  }
+  /// Whether layer l's indexer_wq_b may be launched at the fork, on the main stream ahead of
+  /// q_b_proj and uk_absorb (run_op's norm_rope_cache): an F layer whose ops from
+  /// norm_rope_cache to indexer_topk run in one forked stretch, so that the move changes no
+  /// segment and the indexer's chain it starts sooner runs on to the join: the eager plan, or
+  /// a plan that captures all six (indexer_topk is an H op: mutant plans only). Where
+  /// indexer_topk is an eager op (`narrow`) the chain stops at the segment's end anyway, and
+  /// leading only puts indexer_wq_b in series with q_b_proj (2-4 us slower at T >= 2,
+  /// measured). DSV32_WQB_LEAD=0: never (A/B timing).
+  bool wq_b_may_lead(const Plan& plan, int l) const {
+    if (!wq_b_lead_ || !cfg.is_full_layer(l)) return false;
+    if (!plan.capture) return true;
+    for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b", "fused_q",
+                           "indexer_topk"})
+      if (plan.at(l, op) != Placement::graph) return false;
+    return true;
   }
 
   /// Launches one of the ops' kernels on stream s, with programmatic stream serialization
@@ -894,6 +922,14 @@ class StackImpl final : public Stack::Impl {
     check_blas(st, op);
   }
 
+  /// indexer_wq_b's product qI = q_c W_q^I on stream s.
+  void indexer_wq_b(int l, cudaStream_t s) {
+    const k::Dims d = dims();
+    LayerDev<S>& w = layers_[l];
+    gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T_, d.HI * d.dI, d.Rq,
+         "indexer_wq_b", s);
+  }
+
   /// Runs one op of layer l at the current capture size (G ops over T rows, H ops over T_a).
   void run_op(int l, const std::string& op) {
     LayerDev<S>& w = layers_[l];
@@ -919,7 +955,14 @@ class StackImpl final : public Stack::Impl {
              w.q_c->get(), w.g_kv->get(), w.kv, w.kR->get(), full, full ? w.kw->get() : nullptr,
              full ? w.ig_k->get() : nullptr, full ? w.ib_k->get() : nullptr, w.index, w.k8->get(),
              w.kscale->get(), clear, topk_->get());
-      if (full && use_side()) fork_side();  // the indexer's inputs are written
+      if (full && use_side()) {  // the indexer's inputs are written
+        if (lead_) {  // indexer_wq_b first, at full bandwidth (docs/DECISIONS.md, "Session 15")
+          indexer_wq_b(l, stream_);
+          wq_b_led_ = l;
+          ++leads_;
+        }
+        fork_side();
+      }
     } else if (op == "q_b_proj") {
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
     } else if (op == "uk_absorb") {
@@ -942,8 +985,10 @@ class StackImpl final : public Stack::Impl {
                    "uk_absorb");
       }
     } else if (op == "indexer_wq_b") {
-      gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T, d.HI * d.dI, d.Rq,
-           "indexer_wq_b", indexer_stream());
+      if (wq_b_led_ == l)  // launched at the fork
+        wq_b_led_ = -1;
+      else
+        indexer_wq_b(l, indexer_stream());
     } else if (op == "fused_q") {
       const int Wq = L + d.dr;  // qpack's per-head stride; qR at offset L
       const bool full = cfg.is_full_layer(l);
@@ -1231,6 +1276,7 @@ class StackImpl final : public Stack::Impl {
   // The indexer's stream and its fork and join (use_side; DSV32_OVERLAP=0: one stream). graph_:
   // the capture in progress, whose fork and join the stream's are while a graph op records.
   const bool overlap_ = switched_on("DSV32_OVERLAP");
+  const bool wq_b_lead_ = switched_on("DSV32_WQB_LEAD");  // 0: indexer_wq_b forks with the rest
   cudaStream_t aux_ = nullptr;
   cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
   cublasHandle_t blas_aux_ = nullptr;
@@ -1239,6 +1285,11 @@ class StackImpl final : public Stack::Impl {
   int forks_ = 0;
   BreakableGraph* graph_ = nullptr;
   double host_step_ms_ = 0;  // the last time_step's host time per step (last_host_ms)
+  // This layer's indexer_wq_b may lead (wq_b_may_lead); the layer whose indexer_wq_b was
+  // launched at the fork (-1: none), so that the op itself launches nothing.
+  bool lead_ = false;
+  int wq_b_led_ = -1;
+  int leads_ = 0;
 };
 
 }  // namespace
@@ -1571,6 +1622,10 @@ int Stack::capture_count() const {
 
 int Stack::indexer_forks() const {
   return impl_->indexer_forks();
+}
+
+int Stack::indexer_leads() const {
+  return impl_->indexer_leads();
 }
 
 void Stack::skip_launch(const std::string& label) {
