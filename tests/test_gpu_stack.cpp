@@ -129,7 +129,8 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 // bits under every plan; a missing join would let sparse_mqa read top-k rows still being
 // written, or the next layer's clear race them. So does the arrangement of sessions 11-13
 // (DSV32_GATHER_SIDE=0: sparse_mqa's gather after the join, on the main stream;
-// DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait; DSV32_WQB_LEAD=0).
+// DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait; DSV32_WQB_LEAD=0;
+// and session 15's DSV32_WEIGHTS_EVICT_FIRST=0: the projections' weights through __ldg).
 // `indexer_wq_b` leads (runs on the main stream ahead of `q_b_proj`) exactly where the plan
 // runs `norm_rope_cache` .. `indexer_topk` in one forked stretch: eagerly, or all captured (a
 // plan that captures the host op `indexer_topk` on purpose); not under `narrow` (`indexer_topk`
@@ -137,7 +138,8 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
   DSV32_REQUIRE_GPU();
   static constexpr const char* kSwitches[] = {"DSV32_OVERLAP", "DSV32_GATHER_SIDE",
-                                              "DSV32_SCORES_EARLY", "DSV32_WQB_LEAD"};
+                                              "DSV32_SCORES_EARLY", "DSV32_WQB_LEAD",
+                                              "DSV32_WEIGHTS_EVICT_FIRST"};
   for (const char* name : {"ctx-around-k", "fs-pattern"}) {
     const golden::GoldenCase gc = golden::read(fixture(name));
     bool indexer = false;
@@ -173,14 +175,15 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     plans.push_back(all);
     for (const gpu::Plan& p : plans) {
       const std::string& plan = p.name;
-      const auto [one, forks_one, leads_one] = run("0111", p);
-      const auto [two, forks_two, leads_two] = run("1111", p);
-      const auto [before, forks_before, leads_before] = run("1000", p);
+      const auto [one, forks_one, leads_one] = run("01111", p);
+      const auto [two, forks_two, leads_two] = run("11111", p);
+      const auto [before, forks_before, leads_before] = run("10000", p);
       EXPECT_EQ(leads_before, 0) << name << " under " << plan << ": DSV32_WQB_LEAD=0 led";
       ASSERT_EQ(one.size(), gc.steps.size());
       EXPECT_EQ(gpu::first_difference(gc.cfg, one, two), "") << name << " under " << plan;
       EXPECT_EQ(gpu::first_difference(gc.cfg, before, two), "")
-          << name << " under " << plan << ": the gather's stream or the keys' staging moved bits";
+          << name << " under " << plan
+          << ": the gather's stream, the keys' staging, the lead or the weights' loads moved bits";
       EXPECT_EQ(forks_before, forks_two) << name << " under " << plan;
       EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 forked";
       EXPECT_EQ(leads_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 led";

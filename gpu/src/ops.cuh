@@ -1301,6 +1301,14 @@ __device__ __forceinline__ void unpack16(const uint4& u, float* out) {
   }
 }
 
+/// A weight's 16 bytes, read once a step. `stream`: ld.global.cs, which allocates the line
+/// evict-first in L2 (and L1), so that the step's 400 MB of weights streaming through the 50 MB
+/// L2 do not evict what the latency-bound kernels read (the caches' rows, the activations);
+/// else through the read-only path (__ldg). The values are the same either way.
+__device__ __forceinline__ uint4 ld_weight(const uint4* p, bool stream) {
+  return stream ? __ldcs(p) : __ldg(p);
+}
+
 /// A lane's weight pieces loaded together before any is used (the loads of kGemvBatch
 /// iterations x kGemvOuts rows in flight at once; a loop that loads and uses a piece at a time
 /// left a cold 30 MB weight streaming at half the bandwidth).
@@ -1311,7 +1319,7 @@ constexpr int kGemvBatch = 4;
 template <class S, int R>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv(const S* x, int ldx, long long xs, const S* w, long long ws, S* y, int ldy,
-         long long ys, int n, int k, int ksplit) {
+         long long ys, int n, int k, int ksplit, bool stream) {
   constexpr int V = 16 / sizeof(S);
   __shared__ float part[kGemvWarps][R][kGemvOuts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1328,10 +1336,8 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
       for (int o = 0; o < kGemvOuts; ++o) {
         const int v = vb + 32 * u;
-        wq[u][o] =
-            v < v1 && n0 + o < n
-                ? __ldg(reinterpret_cast<const uint4*>(w + static_cast<long long>(n0 + o) * k) + v)
-                : make_uint4(0u, 0u, 0u, 0u);
+        const auto* row = reinterpret_cast<const uint4*>(w + static_cast<long long>(n0 + o) * k);
+        wq[u][o] = v < v1 && n0 + o < n ? ld_weight(row + v, stream) : make_uint4(0u, 0u, 0u, 0u);
       }
   };
   // The first batch is read before waiting on the kernel ahead (weights are constant): blocks
@@ -1421,7 +1427,7 @@ inline bool uk_small_fits(const Dims& d, int rows) {
 
 template <class S, int R>
 __global__ void __launch_bounds__(kUkThreads)
-    uk_small(Dims d, const S* q, const S* w_kv_b, S* qpack) {
+    uk_small(Dims d, const S* q, const S* w_kv_b, S* qpack, bool stream) {
   constexpr int V = 16 / sizeof(S);
   extern __shared__ float uk_sm[];  // R x dn query values, then slices x R x L partial sums
   const int h = blockIdx.x, pieces = d.L / V, slices = kUkThreads / pieces;
@@ -1431,9 +1437,10 @@ __global__ void __launch_bounds__(kUkThreads)
   uint4 wq[kUkBatch];
   const auto fetch = [&](int ib) {
 #pragma unroll
-    for (int b = 0; b < kUkBatch; ++b)
-      wq[b] = ib + b < i1 ? __ldg(reinterpret_cast<const uint4*>(wh + static_cast<long long>(ib + b) * d.L))
-                          : make_uint4(0u, 0u, 0u, 0u);
+    for (int b = 0; b < kUkBatch; ++b) {
+      const auto* row = reinterpret_cast<const uint4*>(wh + static_cast<long long>(ib + b) * d.L);
+      wq[b] = ib + b < i1 ? ld_weight(row, stream) : make_uint4(0u, 0u, 0u, 0u);
+    }
   };
   fetch(i0);
   stream_order();

@@ -841,7 +841,7 @@ class StackImpl final : public Stack::Impl {
                     static_cast<unsigned>(batch));
     with_rows(rows, [&](auto R) {
       launch(op, k::gemv<S, decltype(R)::value>, grid, k::kGemvThreads, 0, s ? s : stream_, x, ldx,
-             xs, w, ws, y, ldy, ys, n, kdim, ksplit);
+             xs, w, ws, y, ldy, ys, n, kdim, ksplit, evict_first_);
     });
   }
 
@@ -974,7 +974,7 @@ class StackImpl final : public Stack::Impl {
         with_rows(T, [&](auto R) {
           launch(op.c_str(), k::uk_small<S, decltype(R)::value>, d.H, k::kUkThreads,
                  k::uk_small_smem<S>(d, T), stream_, d, w.q->get(), w.w_kv_b->get(),
-                 w.qpack->get());
+                 w.qpack->get(), evict_first_);
         });
       } else if (!bypass_blas(op, "batched GEMM")) {
         check_blas(cublasGemmStridedBatchedEx(
@@ -1277,6 +1277,8 @@ class StackImpl final : public Stack::Impl {
   // the capture in progress, whose fork and join the stream's are while a graph op records.
   const bool overlap_ = switched_on("DSV32_OVERLAP");
   const bool wq_b_lead_ = switched_on("DSV32_WQB_LEAD");  // 0: indexer_wq_b forks with the rest
+  // Weights loaded evict-first in L2 (k::ld_weight); DSV32_WEIGHTS_EVICT_FIRST=0: __ldg.
+  const bool evict_first_ = switched_on("DSV32_WEIGHTS_EVICT_FIRST");
   cudaStream_t aux_ = nullptr;
   cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
   cublasHandle_t blas_aux_ = nullptr;
