@@ -66,8 +66,8 @@ class Stack {
   /// DSV32_OVERLAP=0 (docs/GPU.md, "Two streams").
   int indexer_forks() const;
   /// How many of those forks launched the layer's `indexer_wq_b` on the main stream just before
-  /// forking, ahead of `q_b_proj` (where the plan keeps `norm_rope_cache` .. `indexer_wq_b` in
-  /// one stretch: eagerly, or all four captured), counted as indexer_forks is.
+  /// forking, ahead of `q_b_proj` (where the plan keeps `norm_rope_cache` .. `indexer_topk` in
+  /// one forked stretch: eagerly, or all six captured), counted as indexer_forks is.
   int indexer_leads() const;
   /// Timing only (`dsv32 bench-gpu --ablate`): from now on the launches labelled `label` (as
   /// launch_labels names them) are not made; "" makes every launch again. Drops the captures
