@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <omp.h>
 #include <stdexcept>
 
+#include "dsv32/oracle/fixed_order.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
 #include "parallel.hpp"
@@ -16,28 +16,11 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-/// y = x * w^T (a projection: w is out x in). Eigen parallelises a product over the rows of its
-/// result, so with few rows (decode) one core idles; then the weight's rows (y's columns) are
-/// split into pieces over the OpenMP threads instead, each a single-threaded Eigen product
-/// (Eigen does not parallelise inside an OpenMP parallel region).
+/// y = x * w^T (a projection: w is out x in), in the oracle's fixed summation order.
 template <class X, class W>
 void project(Mat& y, const X& x, const W& w) {
-  const int threads = omp_get_max_threads();
-  // Full-size products only: the committed goldens (tiny configs) keep Eigen's own blocking,
-  // whose last bits a different split could change.
-  if (threads < 2 || x.rows() > 256 || w.rows() < 128 || w.cols() < 512) {
-    y.noalias() = x * w.transpose();
-    return;
-  }
-  // Pieces of at most 1024 weight rows (Eigen's packing workspace per product stays small), at
-  // least one per thread.
   y.resize(x.rows(), w.rows());
-  const Eigen::Index chunk = std::min<Eigen::Index>(1024, (w.rows() + threads - 1) / threads);
-  const Eigen::Index pieces = (w.rows() + chunk - 1) / chunk;
-  detail::parallel_for(static_cast<int>(pieces), [&](int i) {
-    const Eigen::Index c0 = i * chunk, n = std::min(chunk, w.rows() - c0);
-    y.middleCols(c0, n).noalias() = x * w.middleRows(c0, n).transpose();
-  });
+  fixed::gemm_nt(y, x, w);
 }
 
 using ConstMap = Eigen::Map<const Mat>;
@@ -46,8 +29,8 @@ using RowSpan = std::span<double>;
 void rmsnorm_rows(Mat& out, const Eigen::Ref<const Mat>& x, const Vec& g, double eps) {
   out.resize(x.rows(), x.cols());
   for (Eigen::Index r = 0; r < x.rows(); ++r) {
-    const double inv =
-        1.0 / std::sqrt(x.row(r).squaredNorm() / static_cast<double>(x.cols()) + eps);
+    const double ss = fixed::sum_squares(x.row(r).data(), x.cols());
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.cols()) + eps);
     out.row(r) = (x.row(r).array() * inv) * g.transpose().array();
   }
 }
@@ -283,9 +266,8 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     LayerCache& cache = caches_[l];
     LayerTrace lt;
     const auto keep = [&](const char* name, const Mat& m, std::vector<std::int64_t> tail) {
-      lap.aside("trace", [&] {
-        lt.tensors.push_back(stage(name, m, Ta, std::move(tail), dtype(name)));
-      });
+      lap.aside("trace",
+                [&] { lt.tensors.push_back(stage(name, m, Ta, std::move(tail), dtype(name))); });
     };
 
     // input_norm, qkv_a_proj
@@ -315,15 +297,15 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
       }
     }
     store(lat);
-    const Mat* follow_lat = static_cast<int>(opts.latent_override.size()) > l &&
-                                    opts.latent_override[l]
-                                ? &*opts.latent_override[l]
-                                : nullptr;
+    const Mat* follow_lat =
+        static_cast<int>(opts.latent_override.size()) > l && opts.latent_override[l]
+            ? &*opts.latent_override[l]
+            : nullptr;
     if (follow_lat && (follow_lat->rows() != Ta || follow_lat->cols() != L))
       throw ScenarioError("latent override layer " + std::to_string(l) + ": shape " +
                           std::to_string(follow_lat->rows()) + "x" +
-                          std::to_string(follow_lat->cols()) + ", expected " +
-                          std::to_string(Ta) + "x" + std::to_string(L));
+                          std::to_string(follow_lat->cols()) + ", expected " + std::to_string(Ta) +
+                          "x" + std::to_string(L));
     Mat c_read(Ta, L);  // the trace's c: this run's own cache entries
     for (int t = 0; t < T; ++t) {
       if (in.slots[t] < 0) continue;
@@ -347,7 +329,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     detail::parallel_for(H, [&](int hh) {  // one small GEMM per head: heads across threads
       const auto w_uk = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv), dn);
       auto block = ql.middleCols(static_cast<Eigen::Index>(hh) * L, L);
-      block.noalias() = q.middleCols(static_cast<Eigen::Index>(hh) * dq, dn) * w_uk;
+      fixed::gemm_nn(block, q.middleCols(static_cast<Eigen::Index>(hh) * dq, dn), w_uk);
       // The bf16 store of this head's block while it is still in cache (a store of the whole
       // ql afterwards reads T x H x L doubles back from memory).
       if (round) block = block.unaryExpr([](double v) { return round_bf16(v); });
@@ -389,10 +371,11 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
       Vec kscale(T);
       for (int t = 0; t < T; ++t) {
         const auto r = kraw.row(t).array();
-        const double mean = r.mean();
-        const double var = (r - mean).square().mean();
+        const double mean = fixed::sum(kraw.row(t).data(), dI) / dI;
+        const Eigen::RowVectorXd dev = r - mean;
+        const double var = fixed::sum_squares(dev.data(), dI) / dI;
         kI.row(t) =
-            ((r - mean) / std::sqrt(var + c.indexer_norm_eps)) * iw.g_k.transpose().array() +
+            (dev.array() / std::sqrt(var + c.indexer_norm_eps)) * iw.g_k.transpose().array() +
             iw.b_k.transpose().array();
         rotate_quantize(row_span(kI, t, 0, dI), rope_pos(t), kscale[t]);
         if (in.slots[t] < 0) continue;
@@ -431,34 +414,40 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
                                           " outside [-1, p(t)]");
         topk.topRows(Ta) = o;
       } else {
-        const int R = static_cast<int>(in.requests.size());
-        detail::parallel_for(R, [&](int r) {
+        // I(t, j) = kscale_j * sum_h omega[h] relu(qI8[h] . kI8_j), a cache block of keys at a
+        // time (a block's keys are contiguous in the cache), for groups of a request's tokens.
+        constexpr int group = 4;
+        std::vector<std::pair<int, int>> items;  // (request, first token of the group)
+        for (int r = 0; r < static_cast<int>(in.requests.size()); ++r)
+          for (int i = 0; i < in.requests[r].q; i += group) items.emplace_back(r, i);
+        detail::parallel_for(static_cast<int>(items.size()), [&](int w) {
+          const auto [r, i0] = items[w];
           const RequestStep& rq = in.requests[r];
-          const int seq = rq.seq_len(), t0 = in.token_start[r];
-          // Per-thread buffers, reused request to request and step to step (a decode step of
-          // 64 requests would otherwise allocate and first-touch 64 x 13 MB).
-          thread_local Mat keys, dots;
-          thread_local Vec ks;
-          keys.resize(seq, dI);
-          ks.resize(seq);
-          for (int j = 0; j < seq; ++j) {
-            const std::int64_t s = in.slot_of(r, j, B);
-            keys.row(j) = cache.index_k.row(s);
-            ks[j] = cache.index_scale[s];
+          const int g = std::min(group, rq.q - i0), t0 = in.token_start[r] + i0;
+          const int last = rq.ctx + i0 + g - 1;  // the group's last position
+          // The group's query heads as columns, so that a block's dots come out a key a row:
+          // each dot one chain over the elements, each score a lane dot over the heads.
+          thread_local Mat q_t, dots;
+          q_t = ConstMap(&qI(t0, 0), static_cast<Eigen::Index>(g) * HI, dI).transpose();
+          thread_local std::vector<double> scores[group];
+          for (int i = 0; i < g; ++i) scores[i].resize(rq.ctx + i0 + i + 1);
+          for (int j0 = 0; j0 <= last; j0 += B) {
+            const int nk = std::min(B, last + 1 - j0);
+            const std::int64_t s0 = in.slot_of(r, j0, B);
+            dots.resize(nk, q_t.cols());
+            fixed::gemm_nn(dots, cache.index_k.middleRows(s0, nk), q_t);
+            for (Eigen::Index e = 0; e < dots.size(); ++e)  // relu; NaN stays NaN
+              if (dots.data()[e] < 0.0) dots.data()[e] = 0.0;
+            for (int i = 0; i < g; ++i) {
+              const int n = std::min(nk, rq.ctx + i0 + i + 1 - j0);
+              for (int j = 0; j < n; ++j)
+                scores[i][j0 + j] =
+                    cache.index_scale[s0 + j] * fixed::dot(&dots(j, i * HI), &omega(t0 + i, 0), HI);
+            }
           }
-          const ConstMap qs(&qI(t0, 0), static_cast<Eigen::Index>(rq.q) * HI, dI);
-          dots.resize(static_cast<Eigen::Index>(rq.q) * HI, seq);
-          dots.noalias() = qs * keys.transpose();
-          for (int i = 0; i < rq.q; ++i) {
-            const int t = t0 + i, p = rq.ctx + i;
-            // I(t, j) = kscale_j * sum_h omega[h] relu(qI8[h] . kI8_j), as one row-vector product.
-            const Eigen::RowVectorXd acc =
-                omega.row(t) *
-                dots.block(static_cast<Eigen::Index>(i) * HI, 0, HI, p + 1).cwiseMax(0.0);
-            std::vector<double> scores(p + 1);
-            for (int j = 0; j <= p; ++j) scores[j] = ks[j] * acc[j];
-            const std::vector<int> sel = select_topk(scores, K);
-            for (int k = 0; k < K; ++k) topk(t, k) = sel[k];
+          for (int i = 0; i < g; ++i) {
+            const std::vector<int> sel = select_topk(scores[i], K);
+            for (int k = 0; k < K; ++k) topk(t0 + i, k) = sel[k];
           }
         });
       }
@@ -484,17 +473,19 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
       qt.leftCols(L) = ConstMap(&ql(t, 0), H, L);
       qt.rightCols(dr) = ConstMap(&qR(t, 0), H, dr);
       z.resize(H, n);
-      z.noalias() = (qt * kc.transpose()) * sigma;
+      fixed::gemm_nt(z, qt, kc);
+      z *= sigma;
       Vec denom(H);
       for (int hh = 0; hh < H; ++hh) {
-        const double m = z.row(hh).maxCoeff();
-        z.row(hh) = (z.row(hh).array() - m).exp();
-        denom[hh] = z.row(hh).sum();
+        double* zr = &z(hh, 0);
+        const double m = *std::max_element(zr, zr + n);
+        for (Eigen::Index j = 0; j < n; ++j) zr[j] = std::exp(zr[j] - m);
+        denom[hh] = fixed::sum(zr, n);
         lse(t, hh) = m + std::log(denom[hh]);
       }
       if (round) z = z.unaryExpr([](double v) { return round_bf16(v); });  // P in bf16 before P*V
       ot.resize(H, L);
-      ot.noalias() = z * kc.leftCols(L);
+      fixed::gemm_nn(ot, z, kc.leftCols(L));
       ot.array().colwise() /= denom.array();
       Eigen::Map<Mat>(&olat(t, 0), H, L) = ot;
     });
@@ -507,8 +498,8 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     Mat o(T, static_cast<Eigen::Index>(H) * dv);
     detail::parallel_for(H, [&](int hh) {
       const auto w_uv = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv) + dn, dv);
-      o.middleCols(static_cast<Eigen::Index>(hh) * dv, dv).noalias() =
-          olat.middleCols(static_cast<Eigen::Index>(hh) * L, L) * w_uv.transpose();
+      fixed::gemm_nt(o.middleCols(static_cast<Eigen::Index>(hh) * dv, dv),
+                     olat.middleCols(static_cast<Eigen::Index>(hh) * L, L), w_uv);
     });
     store(o);
     lap("uv_proj");
