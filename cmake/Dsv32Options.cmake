@@ -14,7 +14,9 @@ add_library(dsv32_options_common INTERFACE)
 target_compile_options(dsv32_options_common INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
   # No compiler-formed FMAs: results must not depend on the optimisation level (goldens).
-  $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>
+  # -fno-trapping-math changes no value (nothing here reads the FP exception flags) and lets
+  # loops that narrow to fp32 vectorize (the emulated mode's bf16 stores, 0.85 -> 0.33 ns each).
+  $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off -fno-trapping-math>
   # GCC 12 false positives: std::string concatenation (PR 105651), and AVX-512 intrinsics
   # inlined from Eigen (maybe-uninitialized inside avx512fintrin.h).
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-restrict -Wno-maybe-uninitialized>

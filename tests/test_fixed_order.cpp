@@ -40,7 +40,7 @@ std::string where(Index m, Index n, Index k, Index i, Index j) {
          std::to_string(i) + ", " + std::to_string(j) + ")";
 }
 
-// Edges of the register tiles (1..6 rows, 1..4 columns), of the blocks (64, 96, 256), of a lane
+// Edges of the register tiles (up to 6 rows and 6 columns), of the blocks (64, 96, 256), of a lane
 // group (k % 8) and of the in-register depth (2048) and its chunks (512).
 const Index kRows[] = {1, 3, 6, 7, 65, 97};
 const Index kCols[] = {1, 2, 5, 9, 17, 67, 257};

@@ -42,7 +42,7 @@ inline V8 fma8(V8 a, V8 b, V8 c) {
   return {_mm512_fmadd_pd(a.v, b.v, c.v)};
 }
 // Register tiles (they change which elements are computed together, never an element's order).
-constexpr int kNtRows = 4, kNtCols = 4, kNnRows = 6, kNnVecs = 2;
+constexpr int kNtRows = 4, kNtCols = 6, kNnRows = 6, kNnVecs = 2;
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr std::string_view kIsa = "avx2";
 struct V8 {
@@ -374,6 +374,15 @@ void gemm_nn(MatRef C, const ConstMatRef& A, const ConstMatRef& B) {
   for_blocks(bi * bj, go_parallel(m, n, k, bi * bj), [&](Index blk) {
     const Index i0 = (blk % bi) * kNnBlockRows, j0 = (blk / bi) * kNnBlockCols;
     const Index mb = std::min(kNnBlockRows, m - i0), nb = std::min(kNnBlockCols, n - j0);
+    thread_local Mat packed;  // the block's rows of A, contiguous (as in gemm_nt)
+    const double* a = A.data() + i0 * A.outerStride();
+    Index lda = A.outerStride();
+    if (mb > kNnRows && lda > k) {
+      packed.resize(mb, k);
+      for (Index i = 0; i < mb; ++i) std::copy(a + i * lda, a + i * lda + k, &packed(i, 0));
+      a = packed.data();
+      lda = k;
+    }
     for (Index k0 = 0; k0 < k; k0 += kNnDepth) {
       const Index k1 = std::min(k, k0 + kNnDepth);
       for (Index j = 0; j < nb; j += tile_cols) {
@@ -382,8 +391,8 @@ void gemm_nn(MatRef C, const ConstMatRef& A, const ConstMatRef& B) {
         for (Index i = 0; i < mb; i += kNnRows) {
           const Index mr = std::min<Index>(kNnRows, mb - i);
           kNnTiles[mr - 1][nv - 1](C.data() + (i0 + i) * C.outerStride() + j0 + j, C.outerStride(),
-                                   A.data() + (i0 + i) * A.outerStride(), A.outerStride(),
-                                   B.data() + j0 + j, B.outerStride(), k0, k1, cols, k0 == 0);
+                                   a + i * lda, lda, B.data() + j0 + j, B.outerStride(), k0, k1,
+                                   cols, k0 == 0);
         }
       }
     }
