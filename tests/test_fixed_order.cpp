@@ -46,47 +46,45 @@ const Index kRows[] = {1, 3, 6, 7, 65, 97};
 const Index kCols[] = {1, 2, 5, 9, 17, 67, 257};
 const Index kDepths[] = {0, 1, 7, 8, 13, 512, 517, 2049, 2053};
 
-TEST(FixedOrder, GemmNtIsTheLaneDotOfEveryRowPair) {
+/// check(m, n, k, threads) for every shape of the edge lists, on 1 thread and on 2.
+template <class F>
+void over_shapes(F&& check) {
   for (const int threads : {1, 2}) {
     omp_set_num_threads(threads);
     for (Index m : kRows)
       for (Index n : kCols)
-        for (Index k : kDepths) {
-          if (m * n * k > 4'000'000) continue;
-          // Views with row strides wider than their rows, as the oracle passes head slices.
-          const Mat A = spread(m, k + 3, 1), B = spread(n, k + 5, 2);
-          Mat C(m, n + 2);
-          C.setConstant(std::nan(""));
-          fixed::gemm_nt(C.leftCols(n), A.leftCols(k), B.leftCols(k));
-          for (Index i = 0; i < m; ++i)
-            for (Index j = 0; j < n; ++j) {
-              const double want = lane_dot(&A(i, 0), &B(j, 0), k);
-              ASSERT_EQ(C(i, j), want) << where(m, n, k, i, j) << ", threads " << threads;
-              ASSERT_EQ(fixed::dot(&A(i, 0), &B(j, 0), k), want) << where(m, n, k, i, j);
-            }
-          ASSERT_TRUE(std::isnan(C(0, n))) << "wrote outside C: " << where(m, n, k, 0, n);
-        }
+        for (Index k : kDepths)
+          if (m * n * k <= 4'000'000) check(m, n, k, threads);
   }
 }
 
+TEST(FixedOrder, GemmNtIsTheLaneDotOfEveryRowPair) {
+  over_shapes([](Index m, Index n, Index k, int threads) {
+    // Views with row strides wider than their rows, as the oracle passes head slices.
+    const Mat A = spread(m, k + 3, 1), B = spread(n, k + 5, 2);
+    Mat C = Mat::Constant(m, n + 2, std::nan(""));
+    fixed::gemm_nt(C.leftCols(n), A.leftCols(k), B.leftCols(k));
+    for (Index i = 0; i < m; ++i)
+      for (Index j = 0; j < n; ++j) {
+        const double want = lane_dot(&A(i, 0), &B(j, 0), k);
+        ASSERT_EQ(C(i, j), want) << where(m, n, k, i, j) << ", threads " << threads;
+        ASSERT_EQ(fixed::dot(&A(i, 0), &B(j, 0), k), want) << where(m, n, k, i, j);
+      }
+    ASSERT_TRUE(std::isnan(C(0, n))) << "wrote outside C: " << where(m, n, k, 0, n);
+  });
+}
+
 TEST(FixedOrder, GemmNnIsOneChainPerElement) {
-  for (const int threads : {1, 2}) {
-    omp_set_num_threads(threads);
-    for (Index m : kRows)
-      for (Index n : kCols)
-        for (Index k : kDepths) {
-          if (m * n * k > 4'000'000) continue;
-          const Mat A = spread(m, k + 3, 3), B = spread(k, n + 5, 4);
-          Mat C(m, n + 2);
-          C.setConstant(std::nan(""));
-          fixed::gemm_nn(C.leftCols(n), A.leftCols(k), B.leftCols(n));
-          for (Index i = 0; i < m; ++i)
-            for (Index j = 0; j < n; ++j)
-              ASSERT_EQ(C(i, j), chain(&A(i, 0), 1, B.data() + j, B.outerStride(), k))
-                  << where(m, n, k, i, j) << ", threads " << threads;
-          ASSERT_TRUE(std::isnan(C(0, n))) << "wrote outside C: " << where(m, n, k, 0, n);
-        }
-  }
+  over_shapes([](Index m, Index n, Index k, int threads) {
+    const Mat A = spread(m, k + 3, 3), B = spread(k, n + 5, 4);
+    Mat C = Mat::Constant(m, n + 2, std::nan(""));
+    fixed::gemm_nn(C.leftCols(n), A.leftCols(k), B.leftCols(n));
+    for (Index i = 0; i < m; ++i)
+      for (Index j = 0; j < n; ++j)
+        ASSERT_EQ(C(i, j), chain(&A(i, 0), 1, B.data() + j, B.outerStride(), k))
+            << where(m, n, k, i, j) << ", threads " << threads;
+    ASSERT_TRUE(std::isnan(C(0, n))) << "wrote outside C: " << where(m, n, k, 0, n);
+  });
 }
 
 TEST(FixedOrder, TheDataIsSensitiveToTheOrder) {

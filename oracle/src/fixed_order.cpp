@@ -129,6 +129,17 @@ void for_blocks(Index blocks, bool parallel, Fn&& fn) {
   for (Index b = 0; b < blocks; ++b) fn(b);
 }
 
+/// table[r - 1][c - 1] = make.operator()<r, c>() for r <= R, c <= Cols: a tile function for every
+/// edge shape of a register tile.
+template <int R, class Make, int... J>
+constexpr auto tile_row(Make make, std::integer_sequence<int, J...>) {
+  return std::array{make.template operator()<R, J + 1>()...};
+}
+template <int Cols, class Make, int... I>
+constexpr auto tile_table(Make make, std::integer_sequence<int, I...>) {
+  return std::array{tile_row<I + 1>(make, std::make_integer_sequence<int, Cols>{})...};
+}
+
 // ---- C = A * B^T: lanes along k ---------------------------------------------------------------
 
 /// out[e] = reduce8(a[e]) for e < 8, the same additions in the same pairs, eight at once.
@@ -213,19 +224,9 @@ void nt_tile(const double* A, Index lda, const double* B, Index ldb, Index len, 
     for (int j = 0; j < NR; ++j) C[i * ldc + j] = out[i * NR + j];
 }
 
-using NtTile = void (*)(const double*, Index, const double*, Index, Index, V8*, Index, double*,
-                        Index, bool, bool);
-
-template <int MR, int... J>
-constexpr std::array<NtTile, sizeof...(J)> nt_row(std::integer_sequence<int, J...>) {
-  return {&nt_tile<MR, J + 1>...};
-}
-template <int... I>
-constexpr auto nt_table(std::integer_sequence<int, I...>) {
-  return std::array{nt_row<I + 1>(std::make_integer_sequence<int, kNtCols>{})...};
-}
 /// kNtTiles[mr - 1][nr - 1]: the tile for the edges too.
-constexpr auto kNtTiles = nt_table(std::make_integer_sequence<int, kNtRows>{});
+constexpr auto kNtTiles = tile_table<kNtCols>([]<int R, int C>() { return &nt_tile<R, C>; },
+                                              std::make_integer_sequence<int, kNtRows>{});
 
 // ---- C = A * B: lanes along C's columns -------------------------------------------------------
 
@@ -277,18 +278,8 @@ void nn_tile(double* C, Index ldc, const double* A, Index lda, const double* B, 
     }
 }
 
-using NnTile = void (*)(double*, Index, const double*, Index, const double*, Index, Index, Index,
-                        int, bool);
-
-template <int MR, int... J>
-constexpr std::array<NnTile, sizeof...(J)> nn_row(std::integer_sequence<int, J...>) {
-  return {&nn_tile<MR, J + 1>...};
-}
-template <int... I>
-constexpr auto nn_table(std::integer_sequence<int, I...>) {
-  return std::array{nn_row<I + 1>(std::make_integer_sequence<int, kNnVecs>{})...};
-}
-constexpr auto kNnTiles = nn_table(std::make_integer_sequence<int, kNnRows>{});
+constexpr auto kNnTiles = tile_table<kNnVecs>([]<int R, int C>() { return &nn_tile<R, C>; },
+                                              std::make_integer_sequence<int, kNnRows>{});
 
 void check_shapes(const char* what, Index cr, Index cc, Index r, Index c, Index ka, Index kb) {
   if (cr != r || cc != c || ka != kb)
