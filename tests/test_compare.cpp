@@ -87,7 +87,8 @@ TEST(Compare, Fp8CacheEntriesAllowOneQuantumAtTheTileScale) {
     double amax = 0;
     for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(v[b * 128 + i]));
     scale[b] = amax / kE4m3Max;
-    for (int i = 0; i < 128; ++i) t0.data[b * 128 + i] = round_e4m3(v[b * 128 + i] / scale[b]) * scale[b];
+    for (int i = 0; i < 128; ++i)
+      t0.data[b * 128 + i] = round_e4m3(v[b * 128 + i] / scale[b]) * scale[b];
   }
   const int k = 300;  // tile 2
   const double q = e4m3_quantum(std::fabs(t0.data[k]) / scale[2]) * scale[2];

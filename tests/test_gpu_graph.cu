@@ -145,7 +145,9 @@ TEST_F(GraphTest, ReplayAfterChangingInputsAndHostMetadataGivesTheNewAnswer) {
   unsigned host_meta = 0;  // read by the eager op when it runs, like T_a or block tables
   BreakableGraph g(stream_);
   g.begin();
-  g.graph("y=x", [&] { ok(cudaMemcpyAsync(y_, x_, n_ * sizeof(unsigned), cudaMemcpyDeviceToDevice, stream_)); });
+  g.graph("y=x", [&] {
+    ok(cudaMemcpyAsync(y_, x_, n_ * sizeof(unsigned), cudaMemcpyDeviceToDevice, stream_));
+  });
   g.graph("x*=3", launch(3, 0));
   g.eager("x+=meta", [&] { launch(1, host_meta)(); });
   g.graph("x*=2", launch(2, 0));

@@ -55,14 +55,14 @@ const golden::GoldenCase& bait() {
 TEST(Mutants, EveryMutantOfTheSpecIsTested) {
   std::vector<std::string> tested;
   for (const Expect& e : expectations()) tested.push_back(e.mutant);
-  EXPECT_EQ(tested, gpu::mutant_names());
+  EXPECT_EQ(tested, boundary::mutant_names());
 }
 
 TEST(Mutants, TheBaitPassesWithoutAMutant) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase& gc = bait();
-  EXPECT_EQ(testing::check_plans(gc.cfg, std::make_shared<const Weights>(gc.weights),
-                                 gc.num_blocks, gc.steps, gpu::plan_names()),
+  EXPECT_EQ(testing::check_plans(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
+                                 gc.steps, boundary::plan_names()),
             "");
 }
 
@@ -74,53 +74,53 @@ TEST_P(MutantCaught, TheSuiteFailsAndBisectNamesTheOp) {
   const golden::GoldenCase& gc = bait();
   const auto w = std::make_shared<const Weights>(gc.weights);
   // The suite's checks, as the plan tests run them, on the mutated build.
-  const gpu::Plan plan = gpu::mutate_plan(gpu::plan_preset(e.plan, gc.cfg), e.mutant);
-  const std::string stack_mutant = gpu::is_plan_mutant(e.mutant) ? "" : e.mutant;
-  const auto run = [&](const gpu::Plan& p) {
+  const boundary::Plan plan =
+      boundary::mutate_plan(boundary::plan_preset(e.plan, gc.cfg), e.mutant);
+  const std::string stack_mutant = boundary::is_plan_mutant(e.mutant) ? "" : e.mutant;
+  const auto run = [&](const boundary::Plan& p) {
     return gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps, p, stack_mutant);
   };
-  const std::vector<StepTrace> eager = run(gpu::plan_preset("eager", gc.cfg));
+  const std::vector<StepTrace> eager = run(boundary::plan_preset("eager", gc.cfg));
   const std::vector<StepTrace> got = run(plan);
   const bool plan_differs = gpu::first_difference(gc.cfg, eager, got) != "";
-  const bool oracle_fails =
-      !gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, got).failures.empty();
+  const bool oracle_fails = !gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, got).failures.empty();
   EXPECT_TRUE(plan_differs || oracle_fails) << e.mutant << " went unnoticed";
 
-  const gpu::BisectReport r =
-      gpu::bisect(gc.cfg, w, gc.num_blocks, gc.steps, gpu::plan_preset(e.plan, gc.cfg), e.mutant);
+  const gpu::BisectReport r = gpu::bisect(gc.cfg, w, gc.num_blocks, gc.steps,
+                                          boundary::plan_preset(e.plan, gc.cfg), e.mutant);
   EXPECT_EQ(r.verdict, e.verdict) << r.summary() << "\n" << r.detail;
-  EXPECT_NE(std::find(e.ops.begin(), e.ops.end(), r.op), e.ops.end())
-      << r.summary() << "\n" << r.detail;
+  EXPECT_NE(std::find(e.ops.begin(), e.ops.end(), r.op), e.ops.end()) << r.summary() << "\n"
+                                                                      << r.detail;
   if (e.verdict == "boundary") {
     EXPECT_EQ(r.layer, 0) << r.summary();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Spec, MutantCaught, ::testing::ValuesIn(expectations()),
-    [](const ::testing::TestParamInfo<Expect>& p) {
-      std::string n = p.param.mutant;
-      std::replace(n.begin(), n.end(), '-', '_');
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Spec, MutantCaught, ::testing::ValuesIn(expectations()),
+                         [](const ::testing::TestParamInfo<Expect>& p) {
+                           std::string n = p.param.mutant;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 TEST(Mutants, BisectFindsNothingWithoutAMutant) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase& gc = bait();
-  const gpu::BisectReport r = gpu::bisect(gc.cfg, std::make_shared<const Weights>(gc.weights),
-                                          gc.num_blocks, gc.steps,
-                                          gpu::plan_preset("narrow", gc.cfg));
+  const gpu::BisectReport r =
+      gpu::bisect(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps,
+                  boundary::plan_preset("narrow", gc.cfg));
   EXPECT_EQ(r.verdict, "none") << r.summary() << "\n" << r.detail;
 }
 
 TEST(Mutants, UnknownNamesAreRejected) {
   const Config cfg = preset("tiny-fs");
-  EXPECT_THROW(gpu::mutate_plan(gpu::plan_preset("narrow", cfg), "no-such-bug"), gpu::PlanError);
-  EXPECT_THROW(gpu::mutate_plan(gpu::plan_preset("eager", cfg), "capture-host-op"),
-               gpu::PlanError);
-  EXPECT_EQ(gpu::mutate_plan(gpu::plan_preset("narrow", cfg), "capture-host-op")
+  EXPECT_THROW(boundary::mutate_plan(boundary::plan_preset("narrow", cfg), "no-such-bug"),
+               boundary::PlanError);
+  EXPECT_THROW(boundary::mutate_plan(boundary::plan_preset("eager", cfg), "capture-host-op"),
+               boundary::PlanError);
+  EXPECT_EQ(boundary::mutate_plan(boundary::plan_preset("narrow", cfg), "capture-host-op")
                 .at(0, "sparse_mqa"),
-            gpu::Placement::graph);
+            boundary::Placement::graph);
 }
 
 }  // namespace

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "dsv32/gpu/device.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
-#include "dsv32/gpu/device.hpp"
 #include "support/gpu.hpp"
 
 namespace dsv32 {

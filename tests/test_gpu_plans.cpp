@@ -16,9 +16,9 @@ namespace dsv32 {
 namespace {
 
 using testing::case_test_name;
+using testing::check_plans;
 using testing::committed_cases;
 using testing::fixture;
-using testing::check_plans;
 using testing::max_capture;
 using testing::run_plan;
 
@@ -27,7 +27,7 @@ TEST(GpuPlans, SegmentStructureMatchesEachPlan) {
   const golden::GoldenCase gc = golden::read(fixture("default"));  // FSF: 3 layers
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 16);
   const auto info = [&](const char* plan) {
-    return stack.capture(gpu::plan_preset(plan, gc.cfg), 8);
+    return stack.capture(boundary::plan_preset(plan, gc.cfg), 8);
   };
   EXPECT_EQ(info("narrow").structure, "GEGEGEG");
   EXPECT_EQ(info("narrow").eager_breaks, 3);
@@ -42,7 +42,7 @@ TEST(GpuPlans, CaptureRunsNoGraphOp) {
   const golden::GoldenCase gc = golden::read(fixture("default"));
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 16);
   for (const char* plan : {"narrow", "wide", "narrow-copy"}) {
-    stack.capture(gpu::plan_preset(plan, gc.cfg), 8);
+    stack.capture(boundary::plan_preset(plan, gc.cfg), 8);
     // The capture left ones in the residual stream; residual_add or any G op would change them.
     for (double v : stack.residual(8)) ASSERT_EQ(v, 1.0) << plan;
   }
@@ -53,7 +53,7 @@ void expect_plans_bitwise_equal(const golden::GoldenCase& gc) {
   const std::vector<StepTrace> base =
       run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
   for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks,
-                                                          gc.steps, gpu::plan_names(), base))
+                                                          gc.steps, boundary::plan_names(), base))
     EXPECT_EQ(c.difference, "") << gc.case_id << " plan " << c.plan;
 }
 
@@ -113,7 +113,7 @@ TEST(GpuPlans, TokenCountsUpTo512WithFewerRealTokensUnderEveryPlan) {
   const int num_blocks = 3000 / cfg.block_size;  // every token of every step fits
   const std::vector<StepInput> steps = token_count_steps(cfg, num_blocks);
   ASSERT_EQ(max_capture_size(steps), 512);
-  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, gpu::plan_names()), "");
+  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, boundary::plan_names()), "");
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ const std::vector<std::string> kCapturePlans{"breakable-eager", "wide", "narrow"
 
 /// The capture size for T_a real tokens, `up` sizes above the smallest that fits (clipped).
 int padded_size(const std::vector<int>& sizes, int Ta, int up) {
-  const int T = gpu::capture_size_for(sizes, Ta);
+  const int T = boundary::capture_size_for(sizes, Ta);
   RC_ASSERT(T > 0);
   const auto it = std::find(sizes.begin(), sizes.end(), T);
   return *std::min(it + up, sizes.end() - 1);
@@ -37,14 +37,15 @@ int padded_size(const std::vector<int>& sizes, int Ta, int up) {
 /// The batch's contexts as prefill chunks of at most sizes.back() tokens (one request a step),
 /// then one step of every request's q new tokens; every step padded per `up` with `poison`.
 std::vector<StepInput> batch_steps(const Config& cfg, int num_blocks,
-                                   const std::vector<gen::Req>& reqs,
-                                   const std::vector<int>& sizes, int up, Poison poison) {
+                                   const std::vector<gen::Req>& reqs, const std::vector<int>& sizes,
+                                   int up, Poison poison) {
   ScenarioBuilder b(cfg, 41, num_blocks);
   std::vector<StepInput> steps;
   for (std::size_t r = 0; r < reqs.size(); ++r)
     for (int done = 0; done < reqs[r].prefill;) {
       const int chunk = std::min(reqs[r].prefill - done, sizes.back());
-      steps.push_back(b.step({{static_cast<int>(r), chunk}}, padded_size(sizes, chunk, up), poison));
+      steps.push_back(
+          b.step({{static_cast<int>(r), chunk}}, padded_size(sizes, chunk, up), poison));
       done += chunk;
     }
   std::vector<StepRequest> last;
@@ -67,7 +68,7 @@ TEST(GpuPlanProperty, EveryPlanGivesEagerBitsAndEagerMatchesTheOracle) {
     const Poison poison = *rc::gen::element(Poison::nan, Poison::huge);
     const int num_blocks = testing::blocks_for(cfg, reqs);
     const std::vector<StepInput> steps =
-        batch_steps(cfg, num_blocks, reqs, gpu::capture_sizes(256), up, poison);
+        batch_steps(cfg, num_blocks, reqs, boundary::capture_sizes(256), up, poison);
     const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 41));
     std::string unjudgeable;
     const std::string bad = testing::check_plans(cfg, w, num_blocks, steps, {plan}, &unjudgeable);
@@ -102,14 +103,14 @@ struct Sut {
         w(std::make_shared<const Weights>(Weights::generate(c, 43))),
         num_blocks(kTokenBudget + 32),
         builder(c, 43, num_blocks),
-        plan(gpu::plan_preset(plan_name, c)),
+        plan(boundary::plan_preset(plan_name, c)),
         eager(c, *w, num_blocks, kMaxT),
         planned(c, *w, num_blocks, kMaxT) {}
   Config cfg;
   std::shared_ptr<const Weights> w;
   int num_blocks;
   ScenarioBuilder builder;
-  gpu::Plan plan;
+  boundary::Plan plan;
   gpu::Stack eager, planned;
   std::vector<StepInput> steps;
   std::vector<StepTrace> traces;
@@ -117,14 +118,14 @@ struct Sut {
 
 using Command = rc::state::Command<Model, Sut>;
 const std::vector<int>& sizes() {
-  static const std::vector<int> s = gpu::capture_sizes(kMaxT);
+  static const std::vector<int> s = boundary::capture_sizes(kMaxT);
   return s;
 }
 
 /// A command that runs one step: `requests(model)` and the capture size it pads to.
 struct StepCommand : Command {
   virtual std::vector<StepRequest> requests(const Model& m) const = 0;
-  virtual int size(const Model&, int Ta) const { return gpu::capture_size_for(sizes(), Ta); }
+  virtual int size(const Model&, int Ta) const { return boundary::capture_size_for(sizes(), Ta); }
   static int real_tokens(const std::vector<StepRequest>& reqs) {
     int n = 0;
     for (const StepRequest& r : reqs) n += r.q;
@@ -138,7 +139,8 @@ struct StepCommand : Command {
     const std::vector<StepRequest> reqs = requests(m);
     const int Ta = real_tokens(reqs);
     for (const StepRequest& r : reqs) {
-      auto it = std::find_if(m.live.begin(), m.live.end(), [&](auto& p) { return p.first == r.id; });
+      auto it =
+          std::find_if(m.live.begin(), m.live.end(), [&](auto& p) { return p.first == r.id; });
       if (it == m.live.end()) {
         m.live.push_back({r.id, r.q});
         m.next_id = std::max(m.next_id, r.id + 1);
@@ -264,9 +266,9 @@ TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
     Sut sut(cfg, plan);
     const Model m0;
     const auto cmds = *rc::gen::resize(
-        30, rc::state::gen::commands(m0, rc::state::gen::execOneOfWithArgs<
-                                             Admit, Admit, Decode, Grow, SameSizeFewerTokens,
-                                             Finish, Capture>()));
+        30, rc::state::gen::commands(
+                m0, rc::state::gen::execOneOfWithArgs<Admit, Admit, Decode, Grow,
+                                                      SameSizeFewerTokens, Finish, Capture>()));
     rc::state::runAll(cmds, m0, sut);
     RC_LOG() << "plan " << plan << ", " << sut.steps.size() << " steps\n";
     if (sut.steps.empty()) return;

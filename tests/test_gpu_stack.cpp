@@ -9,9 +9,9 @@
 #include <map>
 #include <memory>
 
+#include "dsv32/boundary/plan.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/judge.hpp"
-#include "dsv32/gpu/plan.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "support/golden_cases.hpp"
@@ -28,7 +28,7 @@ using testing::max_capture;
 /// Runs every step of a case on the GPU and judges it; failures carry the replay command.
 std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::string& replay) {
   const std::vector<StepTrace> got = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
-                                                    gpu::plan_preset("eager", gc.cfg));
+                                                    boundary::plan_preset("eager", gc.cfg));
   const gpu::Judgement j =
       gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
   std::vector<std::string> bad;
@@ -107,7 +107,8 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
   ASSERT_FALSE(labels.empty());
   for (const std::string& l : labels) {
     const std::string op = l.substr(0, l.find(':'));
-    EXPECT_NE(std::find(gpu::op_names().begin(), gpu::op_names().end(), op), gpu::op_names().end())
+    EXPECT_NE(std::find(boundary::op_names().begin(), boundary::op_names().end(), op),
+              boundary::op_names().end())
         << "label " << l << " names no op";
     EXPECT_GT(l.size(), op.size() + 1) << "label " << l << " names no kernel";
   }
@@ -147,7 +148,7 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     ASSERT_TRUE(indexer) << name << " has no F layer";
     // The steps under `plan` with the switches at `values` (in kSwitches' order), and how often
     // the stack forked the indexer's stream and led with indexer_wq_b.
-    const auto run = [&](const char* values, const gpu::Plan& plan) {
+    const auto run = [&](const char* values, const boundary::Plan& plan) {
       for (std::size_t i = 0; i < std::size(kSwitches); ++i)
         setenv(kSwitches[i], values[i] == '0' ? "0" : "1", 1);
       struct Unset {
@@ -160,20 +161,20 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       for (const StepInput& in : gc.steps) out.push_back(stack.run(plan, in));
       return std::tuple{out, stack.indexer_forks(), stack.indexer_leads()};
     };
-    std::vector<gpu::Plan> plans;
-    for (const std::string& plan : gpu::plan_names())
-      plans.push_back(gpu::plan_preset(plan, gc.cfg));
-    gpu::Plan qb_eager = gpu::plan_preset("narrow", gc.cfg);
+    std::vector<boundary::Plan> plans;
+    for (const std::string& plan : boundary::plan_names())
+      plans.push_back(boundary::plan_preset(plan, gc.cfg));
+    boundary::Plan qb_eager = boundary::plan_preset("narrow", gc.cfg);
     qb_eager.name = "narrow with q_b_proj eager";
-    for (auto& layer : qb_eager.placement) layer["q_b_proj"] = gpu::Placement::eager;
+    for (auto& layer : qb_eager.placement) layer["q_b_proj"] = boundary::Placement::eager;
     plans.push_back(qb_eager);
-    gpu::Plan all = gpu::plan_preset("breakable-eager", gc.cfg);
+    boundary::Plan all = boundary::plan_preset("breakable-eager", gc.cfg);
     all.name = "every op captured";
     all.allow_host_capture = true;  // indexer_topk, sparse_mqa and uv_proj too, on purpose
     for (auto& layer : all.placement)
-      for (auto& [op, where] : layer) where = gpu::Placement::graph;
+      for (auto& [op, where] : layer) where = boundary::Placement::graph;
     plans.push_back(all);
-    for (const gpu::Plan& p : plans) {
+    for (const boundary::Plan& p : plans) {
       const std::string& plan = p.name;
       const auto [one, forks_one, leads_one] = run("01111", p);
       const auto [two, forks_two, leads_two] = run("11111", p);
@@ -192,7 +193,7 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
         bool stretch = gc.cfg.is_full_layer(l);
         for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
                                "fused_q", "indexer_topk"})
-          stretch = stretch && p.at(l, op) == gpu::Placement::graph;
+          stretch = stretch && p.at(l, op) == boundary::Placement::graph;
         leads = leads || stretch;
       }
       if (leads) {
@@ -204,8 +205,8 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       // is captured (`breakable-eager` and `wide` run them all as eager segments).
       bool forks = !p.capture;
       for (int l = 0; l < gc.cfg.num_layers; ++l)
-        forks =
-            forks || (gc.cfg.is_full_layer(l) && p.at(l, "indexer_wq_b") == gpu::Placement::graph);
+        forks = forks ||
+                (gc.cfg.is_full_layer(l) && p.at(l, "indexer_wq_b") == boundary::Placement::graph);
       if (forks) {
         EXPECT_GT(forks_two, 0) << name << " under " << plan << ": the indexer never forked";
       } else {

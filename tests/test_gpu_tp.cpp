@@ -20,9 +20,9 @@ namespace {
 using testing::check_plans;
 using testing::fixture;
 
-#define DSV32_REQUIRE_TP(tp)                                                            \
-  do {                                                                                  \
-    DSV32_REQUIRE_GPU();                                                                \
+#define DSV32_REQUIRE_TP(tp)                                                                 \
+  do {                                                                                       \
+    DSV32_REQUIRE_GPU();                                                                     \
     if (const std::string why_ = gpu::no_tp_reason(tp); !why_.empty()) GTEST_SKIP() << why_; \
   } while (0)
 
@@ -30,7 +30,7 @@ TEST(GpuTp, OneRankGivesTheBitsOfAPlainStack) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::read(fixture("default"));
   for (const char* plan : {"eager", "narrow"}) {
-    const gpu::Plan p = gpu::plan_preset(plan, gc.cfg);
+    const boundary::Plan p = boundary::plan_preset(plan, gc.cfg);
     const auto plain = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps, p);
     const auto one = gpu::run_steps_tp(gc.cfg, gc.weights, 1, gc.num_blocks, gc.steps, p);
     EXPECT_EQ(gpu::first_difference(gc.cfg, plain, one), "") << plan;
@@ -68,7 +68,8 @@ TEST_P(GpuTpFixtures, EveryPlanGivesEagerBitsAndEagerMatchesTheUnshardedOracle) 
   DSV32_REQUIRE_TP(tp);
   const golden::GoldenCase gc = golden::read(fixture(name));
   const auto w = std::make_shared<const Weights>(gc.weights);
-  EXPECT_EQ(check_plans(gc.cfg, w, gc.num_blocks, gc.steps, gpu::plan_names(), nullptr, tp), "");
+  EXPECT_EQ(check_plans(gc.cfg, w, gc.num_blocks, gc.steps, boundary::plan_names(), nullptr, tp),
+            "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTpFixtures, ::testing::ValuesIn(tp_cases()), tp_case_name);
@@ -81,9 +82,9 @@ TEST_P(GpuTpFull, Dsv32SizesEveryPlan) {
   const golden::CaseSpec spec = golden::find_case("dsv32-full");  // H = 128, one F layer
   const golden::GoldenCase gc = golden::generate(spec, "test");
   const auto w = std::make_shared<const Weights>(gc.weights);
-  EXPECT_EQ(check_plans(gc.cfg, w, gc.num_blocks, gc.steps, {"eager", "narrow", "wide"}, nullptr,
-                        tp),
-            "");
+  EXPECT_EQ(
+      check_plans(gc.cfg, w, gc.num_blocks, gc.steps, {"eager", "narrow", "wide"}, nullptr, tp),
+      "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GpuTpFull, ::testing::Values(2, 4),
@@ -99,7 +100,7 @@ TEST_P(GpuTpRanks, RanksMergedOutOfOrderFailTheOracle) {
   const golden::GoldenCase gc = golden::read(fixture("default"));
   ASSERT_EQ(gc.cfg.num_heads % tp, 0);
   gpu::TpGroup group(gc.cfg, gc.weights, tp, gc.num_blocks, testing::max_capture(gc));
-  const gpu::Plan eager = gpu::plan_preset("eager", gc.cfg);
+  const boundary::Plan eager = boundary::plan_preset("eager", gc.cfg);
   std::vector<StepTrace> merged, swapped;
   for (const StepInput& in : gc.steps) {
     merged.push_back(group.run(eager, in));
@@ -130,7 +131,7 @@ TEST_P(GpuTpFailure, ARankThatFailsAbortsTheGroupInsteadOfHanging) {
   const int tp = GetParam();
   DSV32_REQUIRE_TP(tp);
   const golden::GoldenCase gc = golden::read(fixture("default"));
-  const gpu::Plan eager = gpu::plan_preset("eager", gc.cfg);
+  const boundary::Plan eager = boundary::plan_preset("eager", gc.cfg);
   const std::vector<StepInput> first{gc.steps.front()};
   std::vector<StepTrace> before;
   {

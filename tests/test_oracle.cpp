@@ -285,7 +285,8 @@ TEST(OracleTp, OProjRanksRoundEachPartialBeforeTheSum) {
           sum += round_bf16(part);
         }
         const std::size_t i = static_cast<std::size_t>(t) * D + j;
-        ASSERT_EQ(y.data[i], round_bf16(sum)) << "ranks " << ranks << " token " << t << " col " << j;
+        ASSERT_EQ(y.data[i], round_bf16(sum))
+            << "ranks " << ranks << " token " << t << " col " << j;
         rounded_apart += y.data[i] != whole.layers[0].at("y").data[i];
       }
     EXPECT_GT(rounded_apart, 0) << "the split's rounding left every element of y unchanged";

@@ -2,32 +2,33 @@
 // capture machinery. Built with the GPU library, runs without a GPU.
 #include <gtest/gtest.h>
 
-#include "dsv32/gpu/plan.hpp"
+#include "dsv32/boundary/plan.hpp"
 
 namespace dsv32 {
 namespace {
 
 TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
   const Config cfg = preset("tiny-fs");
-  for (const std::string& name : gpu::plan_names())
-    EXPECT_NO_THROW(gpu::validate(gpu::plan_preset(name, cfg), cfg));
-  gpu::Plan p = gpu::plan_preset("narrow", cfg);
-  p.placement[1]["sparse_mqa"] = gpu::Placement::graph;
+  for (const std::string& name : boundary::plan_names())
+    EXPECT_NO_THROW(boundary::validate(boundary::plan_preset(name, cfg), cfg));
+  boundary::Plan p = boundary::plan_preset("narrow", cfg);
+  p.placement[1]["sparse_mqa"] = boundary::Placement::graph;
   try {
-    gpu::validate(p, cfg);
+    boundary::validate(p, cfg);
     FAIL() << "a captured sparse_mqa was accepted";
-  } catch (const gpu::PlanError& e) {
+  } catch (const boundary::PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("layer 1: op 'sparse_mqa'"), std::string::npos)
         << e.what();
   }
-  EXPECT_NO_THROW(gpu::validate(p, cfg, /*allow_host_capture=*/true));
-  EXPECT_THROW(gpu::plan_preset("full", cfg), gpu::PlanError);
-  EXPECT_EQ(gpu::plan_preset("narrow", cfg).ops(cfg, 1).size(), 10u);  // S layer: no indexer ops
-  EXPECT_EQ(gpu::plan_preset("narrow-copy", cfg).ops(cfg, 0).back(), "residual_add");
+  EXPECT_NO_THROW(boundary::validate(p, cfg, /*allow_host_capture=*/true));
+  EXPECT_THROW(boundary::plan_preset("full", cfg), boundary::PlanError);
+  EXPECT_EQ(boundary::plan_preset("narrow", cfg).ops(cfg, 1).size(),
+            10u);  // S layer: no indexer ops
+  EXPECT_EQ(boundary::plan_preset("narrow-copy", cfg).ops(cfg, 0).back(), "residual_add");
 }
 
 TEST(CaptureSizes, FollowTheVllmList) {
-  const std::vector<int> s = gpu::capture_sizes(512);
+  const std::vector<int> s = boundary::capture_sizes(512);
   EXPECT_EQ(std::vector<int>(s.begin(), s.begin() + 5), (std::vector<int>{1, 2, 4, 8, 16}));
   EXPECT_EQ(s.back(), 512);
   for (std::size_t i = 1; i < s.size(); ++i) {
@@ -35,15 +36,15 @@ TEST(CaptureSizes, FollowTheVllmList) {
     const int step = s[i] <= 8 ? s[i] - s[i - 1] : s[i] <= 256 ? 8 : 16;
     EXPECT_EQ(s[i] - s[i - 1], step) << "at " << s[i];
   }
-  EXPECT_EQ(gpu::capture_sizes(1), std::vector<int>{1});
-  EXPECT_EQ(gpu::capture_sizes(20), (std::vector<int>{1, 2, 4, 8, 16, 20}));
-  EXPECT_THROW(gpu::capture_sizes(0), std::invalid_argument);
+  EXPECT_EQ(boundary::capture_sizes(1), std::vector<int>{1});
+  EXPECT_EQ(boundary::capture_sizes(20), (std::vector<int>{1, 2, 4, 8, 16, 20}));
+  EXPECT_THROW(boundary::capture_sizes(0), std::invalid_argument);
 }
 
 TEST(CaptureSizes, AStepPadsToTheSmallestSizeThatHoldsIt) {
-  const std::vector<int> s = gpu::capture_sizes(512);
+  const std::vector<int> s = boundary::capture_sizes(512);
   for (int ta = 1; ta <= 520; ++ta) {
-    const int T = gpu::capture_size_for(s, ta);
+    const int T = boundary::capture_size_for(s, ta);
     if (ta > 512) {
       EXPECT_EQ(T, 0) << "T_a " << ta << " above the largest size runs without a graph";
       continue;
@@ -55,9 +56,9 @@ TEST(CaptureSizes, AStepPadsToTheSmallestSizeThatHoldsIt) {
         break;
       }
   }
-  EXPECT_EQ(gpu::capture_size_for(s, 3), 4);
-  EXPECT_EQ(gpu::capture_size_for(s, 257), 272);
-  EXPECT_THROW(gpu::capture_size_for(s, 0), std::invalid_argument);
+  EXPECT_EQ(boundary::capture_size_for(s, 3), 4);
+  EXPECT_EQ(boundary::capture_size_for(s, 257), 272);
+  EXPECT_THROW(boundary::capture_size_for(s, 0), std::invalid_argument);
 }
 
 }  // namespace

@@ -76,28 +76,42 @@ StepInput chunk_step(const Config& cfg, int q, int ctx, int num_blocks) {
 double op_bytes(const Config& c, const std::string& op, const StepInput& in) {
   const double T = in.capture_size, D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank,
                L = c.kv_lora_rank, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim,
-               dv = c.v_head_dim, HI = c.index_n_heads, dI = c.index_head_dim,
-               K = c.index_topk, dq = dn + dr, A = Rq + L + dr;
+               dv = c.v_head_dim, HI = c.index_n_heads, dI = c.index_head_dim, K = c.index_topk,
+               dq = dn + dr, A = Rq + L + dr;
   double keys = 0, selected = 0;  // distinct cache rows the indexer and attention read
   for (const RequestStep& r : in.requests) {
     keys += r.seq_len();
     selected += std::min<double>(r.seq_len(), r.q * K);
   }
   double elems = 0, bytes = 0;
-  if (op == "input_norm") elems = 2 * T * D + D;
-  else if (op == "qkv_a_proj") elems = A * D + T * (D + A);
-  else if (op == "indexer_wk_proj") elems = (dI + HI) * D + T * (D + dI + HI);
-  else if (op == "norm_rope_cache") elems = T * (A + Rq + L + dr + 2 * dI + HI), bytes = T * dI;
-  else if (op == "q_b_proj") elems = H * dq * Rq + T * (Rq + H * dq);
-  else if (op == "uk_absorb") elems = H * dn * L + T * H * (dq + L);
-  else if (op == "indexer_wq_b") elems = HI * dI * Rq + T * (Rq + HI * dI);
-  else if (op == "fused_q") elems = T * H * (dq + dr) + T * HI * dI, bytes = T * HI * (dI + 8);
-  else if (op == "indexer_topk") bytes = keys * (dI + 4) + T * HI * (dI + 4) + T * K * 4;
-  else if (op == "sparse_mqa") elems = selected * (L + dr) + T * H * (2 * L + dr);
-  else if (op == "uv_proj" || op == "uv_proj_static") elems = H * dv * L + T * H * (L + dv);
-  else if (op == "latent_copy") elems = 2 * T * H * L;
-  else if (op == "o_proj") elems = D * H * dv + T * (H * dv + D);
-  else if (op == "residual_add") elems = 3 * T * D;
+  if (op == "input_norm")
+    elems = 2 * T * D + D;
+  else if (op == "qkv_a_proj")
+    elems = A * D + T * (D + A);
+  else if (op == "indexer_wk_proj")
+    elems = (dI + HI) * D + T * (D + dI + HI);
+  else if (op == "norm_rope_cache")
+    elems = T * (A + Rq + L + dr + 2 * dI + HI), bytes = T * dI;
+  else if (op == "q_b_proj")
+    elems = H * dq * Rq + T * (Rq + H * dq);
+  else if (op == "uk_absorb")
+    elems = H * dn * L + T * H * (dq + L);
+  else if (op == "indexer_wq_b")
+    elems = HI * dI * Rq + T * (Rq + HI * dI);
+  else if (op == "fused_q")
+    elems = T * H * (dq + dr) + T * HI * dI, bytes = T * HI * (dI + 8);
+  else if (op == "indexer_topk")
+    bytes = keys * (dI + 4) + T * HI * (dI + 4) + T * K * 4;
+  else if (op == "sparse_mqa")
+    elems = selected * (L + dr) + T * H * (2 * L + dr);
+  else if (op == "uv_proj" || op == "uv_proj_static")
+    elems = H * dv * L + T * H * (L + dv);
+  else if (op == "latent_copy")
+    elems = 2 * T * H * L;
+  else if (op == "o_proj")
+    elems = D * H * dv + T * (H * dv + D);
+  else if (op == "residual_add")
+    elems = 3 * T * D;
   return 2 * elems + bytes;
 }
 
@@ -132,23 +146,24 @@ int run_per_op(const Options& o) {
       const bool decode = T <= 64;
       const int per = (o.context + T + cfg.block_size) / cfg.block_size;
       const int blocks = decode ? T * per : per;
-      const StepInput in = decode ? decode_step(cfg, T, o.context, blocks)
-                                  : chunk_step(cfg, T, o.context, blocks);
+      const StepInput in =
+          decode ? decode_step(cfg, T, o.context, blocks) : chunk_step(cfg, T, o.context, blocks);
       gpu::Stack stack(cfg, w, blocks, T);
       stack.synthesize_context(in);
       times[T] = stack.time_ops(in, o.repeats, !o.per_op_eager);
-      layer_ms[T] = stack.time_step(gpu::plan_preset("eager", cfg), in, o.repeats);
+      layer_ms[T] = stack.time_step(boundary::plan_preset("eager", cfg), in, o.repeats);
       // The layer as vLLM runs it: captured, the narrow boundary's ops eager between segments.
-      narrow_ms[T] = stack.time_step(gpu::plan_preset("narrow", cfg), in, o.repeats);
+      narrow_ms[T] = stack.time_step(boundary::plan_preset("narrow", cfg), in, o.repeats);
       for (const auto& [op, ms] : times[T]) {
         floors[T][op] = op_bytes(cfg, op, in) / (gbs * 1e9) * 1e3;
         if (ops.size() < times[T].size()) ops.push_back(op);
       }
       fmt::print(stderr, "  {} T={} done\n", name, T);
     }
-    fmt::print("\n{} (H = {}): us per op (x its floor); T <= 64 decode, larger T one prefill "
-               "chunk\n{:<16}",
-               name, cfg.num_heads, "op");
+    fmt::print(
+        "\n{} (H = {}): us per op (x its floor); T <= 64 decode, larger T one prefill "
+        "chunk\n{:<16}",
+        name, cfg.num_heads, "op");
     for (int T : o.per_op_tokens) fmt::print(" {:>20}", fmt::format("T={}", T));
     fmt::print("\n");
     nlohmann::json pj;
@@ -197,7 +212,8 @@ int run_ablate(const Options& o) {
       "cell, {}\n",
       o.preset, cfg.num_heads, o.context, o.repeats, gpu::device_summary());
   nlohmann::json out{{"preset", o.preset}, {"context", o.context}, {"repeats", o.repeats}};
-  const gpu::Plan eager = gpu::plan_preset("eager", cfg), narrow = gpu::plan_preset("narrow", cfg);
+  const boundary::Plan eager = boundary::plan_preset("eager", cfg),
+                       narrow = boundary::plan_preset("narrow", cfg);
   for (int T : o.decode) {
     const int blocks = T * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
     const StepInput in = decode_step(cfg, T, o.context, blocks);
@@ -312,7 +328,7 @@ int run(const Options& o) {
     }
     gpu::TpGroup group(cfg, w, tp, blocks, max_batch);
     std::string head = fmt::format("tp {} ({} heads a GPU)\n{:>6}", tp, cfg.num_heads / tp, "T");
-    for (const std::string& p : gpu::plan_names()) head += fmt::format(" {:>16}", p);
+    for (const std::string& p : boundary::plan_names()) head += fmt::format(" {:>16}", p);
     fmt::print("{}\n", head);
     for (int n : o.decode) {
       const StepInput in = decode_step(cfg, n, o.context, blocks);
@@ -320,8 +336,8 @@ int run(const Options& o) {
       std::string line = fmt::format("{:>6}", n);
       double eager_ms = 0;
       nlohmann::json row{{"T", n}, {"tp", tp}};
-      for (const std::string& name : gpu::plan_names()) {
-        const double ms = group.time_step(gpu::plan_preset(name, cfg), in, o.repeats);
+      for (const std::string& name : boundary::plan_names()) {
+        const double ms = group.time_step(boundary::plan_preset(name, cfg), in, o.repeats);
         if (name == "eager") eager_ms = ms;
         line += fmt::format(" {:>8.3f} ({:4.2f}x)", ms, eager_ms / ms);
         row["ms"][name] = ms;

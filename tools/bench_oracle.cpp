@@ -144,12 +144,14 @@ void run(const Options& o) {
         }
       }
       double total_flops = 0;
-      fmt::print("\n{} [{}]: {:.3f} s/step (best of {}; mean {:.3f}), {:.2f} ms/token\n",
-                 cs.name, mode_name, step_s, o.repeats, mean_s, 1e3 * step_s / in.num_tokens);
+      fmt::print("\n{} [{}]: {:.3f} s/step (best of {}; mean {:.3f}), {:.2f} ms/token\n", cs.name,
+                 mode_name, step_s, o.repeats, mean_s, 1e3 * step_s / in.num_tokens);
       fmt::print("  {:<16} {:>10} {:>10} {:>10} {:>8}\n", "op", "ms", "GFLOP", "GFLOP/s", "% GEMM");
-      nlohmann::json jc{
-          {"case", cs.name}, {"mode", mode_name}, {"step_s", step_s}, {"mean_step_s", mean_s},
-          {"tokens", in.num_tokens}};
+      nlohmann::json jc{{"case", cs.name},
+                        {"mode", mode_name},
+                        {"step_s", step_s},
+                        {"mean_step_s", mean_s},
+                        {"tokens", in.num_tokens}};
       const auto flops = op_flops(cfg, in);
       for (const auto& [op, sec] : prof.seconds) {
         double f = 0;

@@ -42,16 +42,16 @@ int run(const Options& o) {
                                     ? golden::generate(golden::find_case(o.case_name), "bisect")
                                     : golden::read(o.golden);
   const auto w = std::make_shared<const Weights>(gc.weights);
-  const gpu::Plan plan = gpu::plan_preset(o.plan, gc.cfg);
+  const boundary::Plan plan = boundary::plan_preset(o.plan, gc.cfg);
   std::vector<std::string> mutants;
   if (o.all_mutants)
-    mutants = gpu::mutant_names();
+    mutants = boundary::mutant_names();
   else
     mutants.push_back(o.mutant);
   for (const std::string& m : mutants)  // unknown names and unusable plans fail before any run
-    if (!m.empty()) gpu::mutate_plan(plan, m);
-  fmt::print("dsv32 bisect: case {} ({} steps), plan {}, {}\n", gc.case_id, gc.steps.size(),
-             o.plan, gpu::device_summary());
+    if (!m.empty()) boundary::mutate_plan(plan, m);
+  fmt::print("dsv32 bisect: case {} ({} steps), plan {}, {}\n", gc.case_id, gc.steps.size(), o.plan,
+             gpu::device_summary());
   fmt::print("{:<22} {:<14} {:<16} {:>5}  {}\n", "mutant", "verdict", "op", "layer",
              "first divergence");
   nlohmann::json out{{"case", gc.case_id}, {"plan", o.plan}};

@@ -72,8 +72,7 @@ int generate(const Options& o) {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto bytes = std::filesystem::file_size(path);
-    fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}\n", spec.name, gc.steps.size(), bytes, secs,
-               path);
+    fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}\n", spec.name, gc.steps.size(), bytes, secs, path);
     manifest["cases"].push_back(
         {{"case", spec.name},
          {"file", spec.name + ".h5"},

@@ -33,7 +33,7 @@ int run(const Options& o) {
     return kExitUsage;
   }
   golden::GoldenCase gc = golden::read(o.golden);
-  const gpu::Plan plan = gpu::plan_preset(o.plan, gc.cfg);
+  const boundary::Plan plan = boundary::plan_preset(o.plan, gc.cfg);
   const int T = max_capture_size(gc.steps);
   gpu::TpGroup group(gc.cfg, gc.weights, o.tp, gc.num_blocks, T);
   std::vector<StepTrace> got;
@@ -42,13 +42,12 @@ int run(const Options& o) {
     fmt::print(stderr, "\r  {}: step {}/{}", gc.case_id, s + 1, gc.steps.size());
   }
   fmt::print(stderr, "\n");
-  const gpu::Judgement j =
-      gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got,
-                 o.tp);
-  fmt::print("dsv32 gpu: case {} plan {} tp {} on {}: {} stages and {} top-k rows judged, {} "
-             "failures\n",
-             gc.case_id, o.plan, o.tp, gpu::device_summary(), j.stages, j.topk_rows,
-             j.failures.size());
+  const gpu::Judgement j = gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights),
+                                      gc.num_blocks, gc.steps, got, o.tp);
+  fmt::print(
+      "dsv32 gpu: case {} plan {} tp {} on {}: {} stages and {} top-k rows judged, {} "
+      "failures\n",
+      gc.case_id, o.plan, o.tp, gpu::device_summary(), j.stages, j.topk_rows, j.failures.size());
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
   if (j.failures.empty())
     fmt::print("  worst tolerance-gated stage: {:.3f} of its gate at {}\n", j.worst, j.worst_where);

@@ -2,7 +2,7 @@
 # Installs the Debian/Ubuntu packages the project builds with, only those that are missing.
 # The CUDA toolkit is optional: without nvcc the CPU parts build and the GPU tests are absent.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ libeigen3-dev libgtest-dev librapidcheck-dev libhdf5-dev
+pkgs=(cmake ninja-build g++ clang-format libeigen3-dev libgtest-dev librapidcheck-dev libhdf5-dev
       libcli11-dev libfmt-dev nlohmann-json3-dev python3-numpy python3-h5py)
 missing=()
 for p in "${pkgs[@]}"; do

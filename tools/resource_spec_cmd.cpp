@@ -54,8 +54,9 @@ int run(const Options& o) {
   fmt::print("dsv32 resource-spec: {} GPU{} with {} slot{} each -> {}\n", n, n == 1 ? "" : "s",
              o.slots, o.slots == 1 ? "" : "s", path.string());
   if (n == 0)
-    fmt::print(stderr, "dsv32 resource-spec: no GPU visible: GPU tests cannot be scheduled "
-                       "with this spec\n");
+    fmt::print(stderr,
+               "dsv32 resource-spec: no GPU visible: GPU tests cannot be scheduled "
+               "with this spec\n");
   return kExitPass;
 }
 
@@ -63,9 +64,10 @@ int run(const Options& o) {
 
 void add_resource_spec(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
-      "resource-spec", "Write the CTest resource spec for the visible GPUs (ctest -L gpu -j N "
-                       "--resource-spec-file FILE spreads the GPU tests over them)");
+  CLI::App* cmd =
+      app.add_subcommand("resource-spec",
+                         "Write the CTest resource spec for the visible GPUs (ctest -L gpu -j N "
+                         "--resource-spec-file FILE spreads the GPU tests over them)");
   cmd->add_option("-o,--output", o->out, "Where to write it")->capture_default_str();
   cmd->add_option("--slots-per-gpu", o->slots,
                   "Single-GPU tests that may share one GPU at a time (multi-GPU tests take "

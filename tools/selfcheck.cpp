@@ -81,15 +81,15 @@ Verdict goldens(const Options& o) {
 void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
   const auto w = std::make_shared<const Weights>(gc.weights);
   const std::vector<StepTrace> eager = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
-                                                      gpu::plan_preset("eager", gc.cfg));
+                                                      boundary::plan_preset("eager", gc.cfg));
   const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
   rows.push_back(
       {"gpu eager vs oracle (T2 vs T0/T1)", j.failures.empty() && j.stages > 0 ? "pass" : "FAIL",
        j.failures.empty() ? fmt::format("{} stages, {} top-k rows; worst {:.2f} of its gate at {}",
                                         j.stages, j.topk_rows, j.worst, j.worst_where)
                           : j.failures.front()});
-  for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks,
-                                                          gc.steps, gpu::plan_names(), eager)) {
+  for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(
+           gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager)) {
     rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? "pass" : "FAIL",
                     c.difference.empty()
                         ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
@@ -109,12 +109,12 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
   if (const std::string why = gpu::no_tp_reason(tp); !why.empty()) return {what, "not run", why};
   const auto w = std::make_shared<const Weights>(gc.weights);
   const std::vector<StepTrace> eager = gpu::run_steps_tp(
-      gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps, gpu::plan_preset("eager", gc.cfg));
+      gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps, boundary::plan_preset("eager", gc.cfg));
   const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
   if (!j.failures.empty() || j.stages == 0)
     return {what, "FAIL", j.failures.empty() ? "nothing compared" : j.failures.front()};
   const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(
-      gc.cfg, gc.weights, gc.num_blocks, gc.steps, gpu::plan_names(), eager, tp);
+      gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, tp);
   for (const gpu::PlanCheck& c : checks)
     if (!c.difference.empty()) return {what, "FAIL", "plan " + c.plan + ": " + c.difference};
   return {what, "pass",

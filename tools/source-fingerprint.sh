@@ -8,7 +8,7 @@ set -euo pipefail
 root=${1:-"$(dirname "$0")/.."}
 cd "$root" 2>/dev/null || { echo "source-fingerprint.sh: no folder $root" >&2; exit 2; }
 parts=()
-for p in CMakeLists.txt CMakePresets.json cmake oracle gpu fixtures tests tools; do
+for p in CMakeLists.txt CMakePresets.json cmake oracle golden boundary gpu fixtures tests tools; do
   [ -e "$p" ] && parts+=("$p")
 done
 [ ${#parts[@]} -gt 0 ] || { echo "source-fingerprint.sh: no sources under $PWD" >&2; exit 2; }

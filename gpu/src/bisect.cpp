@@ -22,25 +22,25 @@ std::string BisectReport::summary() const {
     return "capturing op '" + op + "' of layer " + std::to_string(layer) +
            " breaks bitwise equality with eager (first divergence " + where + ")";
   if (verdict == "eager-segment")
-    return "breakable-eager already differs from eager: first divergence " + where + " (op '" +
-           op + "')";
+    return "breakable-eager already differs from eager: first divergence " + where + " (op '" + op +
+           "')";
   return "eager fails the oracle: first failing stage " + where + " (op '" + op + "')";
 }
 
 BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& weights,
-                    int num_blocks, const std::vector<StepInput>& steps, const Plan& plan,
+                    int num_blocks, const std::vector<StepInput>& steps, const boundary::Plan& plan,
                     const std::string& mutant,
                     const std::function<void(const std::string&)>& progress) {
-  const Plan target = mutant.empty() ? plan : mutate_plan(plan, mutant);
-  const std::string stack_mutant = is_plan_mutant(mutant) ? "" : mutant;
+  const boundary::Plan target = mutant.empty() ? plan : boundary::mutate_plan(plan, mutant);
+  const std::string stack_mutant = boundary::is_plan_mutant(mutant) ? "" : mutant;
   BisectReport rep;
-  const auto run = [&](const Plan& p, const std::string& what) {
+  const auto run = [&](const boundary::Plan& p, const std::string& what) {
     std::vector<StepTrace> out = run_steps(cfg, *weights, num_blocks, steps, p, stack_mutant);
     ++rep.runs;
     if (progress) progress("run " + std::to_string(rep.runs) + ": " + what);
     return out;
   };
-  const Plan eager = plan_preset("eager", cfg);
+  const boundary::Plan eager = boundary::plan_preset("eager", cfg);
   const std::vector<StepTrace> base = run(eager, "eager");
   // A data bug: eager itself is wrong. Named by the first stage the oracle rejects.
   const Judgement j = judge(cfg, weights, num_blocks, steps, base);
@@ -58,7 +58,7 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
   const Divergence whole = differs(run(target, "plan " + target.name));
   if (!whole.found()) return rep;
   // The capture machinery with every op eager.
-  Plan none = plan_preset("breakable-eager", cfg);
+  boundary::Plan none = boundary::plan_preset("breakable-eager", cfg);
   none.copy_form = target.copy_form;
   none.allow_host_capture = target.allow_host_capture;
   none.name = "bisect-0";
@@ -76,17 +76,17 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
   std::vector<std::pair<int, std::string>> graph_ops;
   for (int l = 0; l < cfg.num_layers; ++l)
     for (const std::string& op : target.ops(cfg, l))
-      if (target.at(l, op) == Placement::graph) graph_ops.emplace_back(l, op);
+      if (target.at(l, op) == boundary::Placement::graph) graph_ops.emplace_back(l, op);
   std::size_t lo = 0, hi = graph_ops.size();  // prefix lo is good, prefix hi is bad
   Divergence bad = whole;
   while (hi - lo > 1) {
     const std::size_t mid = (lo + hi) / 2;
-    Plan p = none;
+    boundary::Plan p = none;
     p.name = "bisect-" + std::to_string(mid);
     for (std::size_t i = 0; i < mid; ++i)
-      p.placement[graph_ops[i].first][graph_ops[i].second] = Placement::graph;
-    const Divergence d = differs(run(p, std::to_string(mid) + " of " +
-                                            std::to_string(graph_ops.size()) + " ops captured"));
+      p.placement[graph_ops[i].first][graph_ops[i].second] = boundary::Placement::graph;
+    const Divergence d = differs(
+        run(p, std::to_string(mid) + " of " + std::to_string(graph_ops.size()) + " ops captured"));
     if (d.found())
       hi = mid, bad = d;
     else

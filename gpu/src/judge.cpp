@@ -3,7 +3,7 @@
 #include <map>
 #include <utility>
 
-#include "dsv32/gpu/plan.hpp"
+#include "dsv32/boundary/plan.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/gpu/tp.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
@@ -98,8 +98,8 @@ Divergence first_divergence(const Config& cfg, const std::vector<StepTrace>& a,
   if (a.size() != b.size()) {
     d.step = 0;
     d.stage = "steps";
-    d.detail = "different step counts: " + std::to_string(a.size()) + " and " +
-               std::to_string(b.size());
+    d.detail =
+        "different step counts: " + std::to_string(a.size()) + " and " + std::to_string(b.size());
     return d;
   }
   for (std::size_t s = 0; s < a.size(); ++s) {
@@ -132,7 +132,7 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
     if (name == "eager") continue;
     PlanCheck c;
     c.plan = name;
-    const Plan plan = plan_preset(name, cfg);
+    const boundary::Plan plan = boundary::plan_preset(name, cfg);
     std::vector<StepTrace> got;
     if (tp > 1) {
       got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);

@@ -12,7 +12,7 @@ struct Dims {
   float eps, ieps, sigma, head_norm;
   bool neox, hadamard, fp8_kv;
   bool padded_write;  // mutant padded-cache-write: slot -1 rows go to slot 0
-  int tiles;  // fp8_ds_mla tiles of the latent
+  int tiles;          // fp8_ds_mla tiles of the latent
 };
 
 /// Device pointers of the step metadata.
@@ -112,8 +112,7 @@ __global__ void __launch_bounds__(kNormThreads)
 template <int kR, class S>
 __device__ __forceinline__ void kv_insert(const Dims& d, const Meta& m, int t, const S* qkv,
                                           const float (&gr)[kR], const S* g_kv,
-                                          const KvCache<S>& cache, S* kR_out, float* c,
-                                          float* sh) {
+                                          const KvCache<S>& cache, S* kR_out, float* c, float* sh) {
   const S* row = qkv + static_cast<long long>(t) * (d.Rq + d.L + d.dr);
   const S* ckv = row + d.Rq;
   float xr[kR];
@@ -234,7 +233,7 @@ __device__ __forceinline__ void index_k_insert(const Dims& d, const Meta& m, int
 /// top-k row t cleared to -1 (`clear`: F layers, or a mutant's choice). The parts touch
 /// disjoint data. Dynamic shared memory: L + 32 floats.
 constexpr int kNormRopeThreads = 128;  // index_k_insert's vector: a thread per dimension
-constexpr int kNrcRegs = 12;            // q_lora_rank = 1536 over 128 threads
+constexpr int kNrcRegs = 12;           // q_lora_rank = 1536 over 128 threads
 
 template <class S>
 __global__ void __launch_bounds__(kNormRopeThreads)
@@ -245,12 +244,17 @@ __global__ void __launch_bounds__(kNormRopeThreads)
   // The part's weights into registers before waiting on the kernel ahead (constant).
   float gr[kNrcRegs];
   switch (blockIdx.y) {
-    case 0: load_strided(g_q, d.Rq, gr); break;
-    case 1: load_strided(g_kv, d.L, gr); break;
+    case 0:
+      load_strided(g_q, d.Rq, gr);
+      break;
+    case 1:
+      load_strided(g_kv, d.L, gr);
+      break;
     case 2:
       if (index_k) gr[0] = ld(g_k[threadIdx.x]), gr[1] = ld(b_k[threadIdx.x]);
       break;
-    default: break;
+    default:
+      break;
   }
   stream_order();
   extern __shared__ float smem[];
@@ -331,8 +335,8 @@ __global__ void __launch_bounds__(kFusedQThreads)
   __shared__ float sh[32];
   const int t = blockIdx.x, y = blockIdx.y + y_off, nrope = q_rope_blocks(d);
   if (y < nrope)
-    q_rope_pair(d, m, t, y * kFusedQThreads + threadIdx.x, q, q_stride, q_off, qpack,
-                qpack_stride, qpack_off);
+    q_rope_pair(d, m, t, y * kFusedQThreads + threadIdx.x, q, q_stride, q_off, qpack, qpack_stride,
+                qpack_off);
   else
     index_q_head(d, m, t, y - nrope, qI, kw, q8, qscale, omega, v, sh);
 }
@@ -344,8 +348,8 @@ __global__ void __launch_bounds__(kFusedQThreads)
     q_rope(Dims d, Meta m, const S* src, int src_stride, int src_off, S* dst, int dst_stride,
            int dst_off) {
   stream_order();
-  q_rope_pair(d, m, blockIdx.x, blockIdx.y * kFusedQThreads + threadIdx.x, src, src_stride,
-              src_off, dst, dst_stride, dst_off);
+  q_rope_pair(d, m, blockIdx.x, blockIdx.y * kFusedQThreads + threadIdx.x, src, src_stride, src_off,
+              dst, dst_stride, dst_off);
 }
 
 __device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r, int pos) {
@@ -377,9 +381,8 @@ __host__ __device__ inline int index_q_floats(const Dims& d) {
   return kIdxGroups * index_chunks(d) * 128 * kIdxChunk;
 }
 __host__ __device__ inline std::size_t index_scores_smem(const Dims& d) {
-  return sizeof(float) *
-         (static_cast<std::size_t>(index_q_floats(d)) + d.HI +
-          kIdxBlockKeys * (129 + kIdxGroups + 1));
+  return sizeof(float) * (static_cast<std::size_t>(index_q_floats(d)) + d.HI +
+                          kIdxBlockKeys * (129 + kIdxGroups + 1));
 }
 
 /// Staged word w of a token's query codes (stage_index_q's order): head u of its chunk of
@@ -518,8 +521,8 @@ __global__ void __launch_bounds__(kIdxThreads)
   __syncthreads();
   const int lane = tid % 32, g = tid / 32;
   float sums[2];
-  index_group_sums<2, 4>(d, sq, g, [&](int kk, int i) { return keys[(lane + 32 * kk) * 129 + i]; },
-                         sums);
+  index_group_sums<2, 4>(
+      d, sq, g, [&](int kk, int i) { return keys[(lane + 32 * kk) * 129 + i]; }, sums);
   part[g * NB + lane] = sums[0];
   part[g * NB + lane + 32] = sums[1];
   __syncthreads();
@@ -534,8 +537,8 @@ __global__ void __launch_bounds__(kIdxThreads)
 /// A thread per key, its 128 codes in registers, the groups' sums in registers. Grid (T_a,
 /// ceil(len / 128)), 128 threads.
 __global__ void __launch_bounds__(kIdxKeyThreads)
-    index_scores_keys(Dims d, Meta m, const std::uint8_t* q8, const float* omega,
-                      IndexCache cache, float* scores, int ld_scores) {
+    index_scores_keys(Dims d, Meta m, const std::uint8_t* q8, const float* omega, IndexCache cache,
+                      float* scores, int ld_scores) {
   stream_order();
   extern __shared__ float4 smem4[];
   float* sq = reinterpret_cast<float*>(smem4);  // q codes, then HI omegas
@@ -552,7 +555,8 @@ __global__ void __launch_bounds__(kIdxKeyThreads)
 #pragma unroll 1
   for (int g = 0; g < kIdxGroups; ++g) {
     float sum[1];
-    index_group_sums<1, 128>(d, sq, g, [&](int, int i) { return kv[i]; }, sum);
+    index_group_sums<1, 128>(
+        d, sq, g, [&](int, int i) { return kv[i]; }, sum);
     total += sum[0];
   }
   scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * total;
@@ -968,7 +972,7 @@ __global__ void __launch_bounds__(kTopkThreads)
     return;
   }
   const int per = (n + blockDim.x - 1) / blockDim.x;  // the same in every thread
-  const int j0 = warp * 32 * per + lane;                // position of r = 0; r adds 32
+  const int j0 = warp * 32 * per + lane;              // position of r = 0; r adds 32
   const unsigned int below = (1u << lane) - 1u;
   if constexpr (kBins) {
     // The short path (topk_short): rows of up to kTopkFast keys a thread. Rows it cannot
@@ -1327,8 +1331,8 @@ constexpr int kGemvBatch = 4;
 /// and writes y + b ys.
 template <class S, int R>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv(const S* x, int ldx, long long xs, const S* w, long long ws, S* y, int ldy,
-         long long ys, int n, int k, int ksplit, bool stream) {
+    gemv(const S* x, int ldx, long long xs, const S* w, long long ws, S* y, int ldy, long long ys,
+         int n, int k, int ksplit, bool stream) {
   constexpr int V = 16 / sizeof(S);
   __shared__ float part[kGemvWarps][R][kGemvOuts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1501,8 +1505,8 @@ template <class S>
 inline bool gemv_fits(int rows, int n, const void* x, int ldx, const void* w, int k) {
   constexpr int V = 16 / sizeof(S);
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  const bool shape = (rows <= kGemvMaxRows && static_cast<long long>(n) * k <= (1LL << 24)) ||
-                     rows == 1;
+  const bool shape =
+      (rows <= kGemvMaxRows && static_cast<long long>(n) * k <= (1LL << 24)) || rows == 1;
   return rows >= 1 && shape && k % V == 0 && ldx % V == 0 && aligned(x) && aligned(w);
 }
 

@@ -113,18 +113,18 @@ std::vector<T> download(const T* p, std::size_t n) {
 
 struct Stack::Impl {
   virtual ~Impl() = default;
-  virtual StepTrace run(const Plan& plan, const StepInput& in, bool replay_only) = 0;
-  virtual CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture) = 0;
+  virtual StepTrace run(const boundary::Plan& plan, const StepInput& in, bool replay_only) = 0;
+  virtual CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) = 0;
   virtual std::vector<double> residual(int T) = 0;
   virtual void synthesize_context(const StepInput& in) = 0;
-  virtual double time_step(const Plan& plan, const StepInput& in, int repeats) = 0;
+  virtual double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) = 0;
   virtual double last_host_ms() const = 0;
   virtual int capture_count() const = 0;
   virtual int indexer_forks() const = 0;
   virtual int indexer_leads() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
-  virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in,
-                                                               int repeats, bool graph) = 0;
+  virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
+                                                               bool graph) = 0;
   virtual void skip_launch(const std::string& label) = 0;
   virtual std::vector<std::string> launch_labels(const StepInput& in) = 0;
   Config cfg;
@@ -203,8 +203,8 @@ class StackImpl final : public Stack::Impl {
     grow_rope(max_len_);
     // sparse_mqa: the gathered keys, scores, P (S), P.V in fp32, each row's max and sum.
     const std::size_t HK = static_cast<std::size_t>(cfg.num_heads) * cfg.index_topk;
-    mqa_keys_ = zeros<S>(T * cfg.index_topk * static_cast<std::size_t>(cfg.kv_lora_rank +
-                                                                         cfg.qk_rope_head_dim));
+    mqa_keys_ = zeros<S>(T * cfg.index_topk *
+                         static_cast<std::size_t>(cfg.kv_lora_rank + cfg.qk_rope_head_dim));
     mqa_z_ = zeros<float>(T * HK);
     mqa_p_ = zeros<S>(T * HK);
     mqa_acc_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
@@ -239,7 +239,7 @@ class StackImpl final : public Stack::Impl {
     cudaStreamDestroy(stream_);
   }
 
-  StepTrace run(const Plan& plan, const StepInput& in, bool replay_only) override {
+  StepTrace run(const boundary::Plan& plan, const StepInput& in, bool replay_only) override {
     const int T = in.capture_size;
     if (T > max_tokens_)
       throw std::invalid_argument("gpu stack: capture size " + std::to_string(T) +
@@ -258,8 +258,8 @@ class StackImpl final : public Stack::Impl {
       auto it = captures_.find({plan.name, T});
       if (it == captures_.end()) {
         if (replay_only)
-          throw PlanError("plan '" + plan.name + "' was not captured at capture size " +
-                          std::to_string(T));
+          throw boundary::PlanError("plan '" + plan.name + "' was not captured at capture size " +
+                                    std::to_string(T));
         capture(plan, T, false);
         upload_step(in);  // capture ran its eager ops on empty metadata
         it = captures_.find({plan.name, T});
@@ -317,7 +317,7 @@ class StackImpl final : public Stack::Impl {
     }
   }
 
-  double time_step(const Plan& plan, const StepInput& in, int repeats) override {
+  double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) override {
     run(plan, in, false);  // warm-up; captures on first use
     const auto it = captures_.find({plan.name, in.capture_size});
     const auto step = [&] {
@@ -342,7 +342,7 @@ class StackImpl final : public Stack::Impl {
 
   std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
                                                        bool graph) override {
-    const Plan eager = plan_preset("eager", cfg);
+    const boundary::Plan eager = boundary::plan_preset("eager", cfg);
     run(eager, in, false);
     upload_step(in);
     std::vector<std::string> ops = eager.ops(cfg, 0);
@@ -384,11 +384,11 @@ class StackImpl final : public Stack::Impl {
     return out;
   }
 
-  CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture) override {
-    validate(plan, cfg, allow_host_capture);
-    if (!plan.capture) throw PlanError("plan '" + plan.name + "' captures nothing");
+  CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) override {
+    boundary::validate(plan, cfg, allow_host_capture);
+    if (!plan.capture) throw boundary::PlanError("plan '" + plan.name + "' captures nothing");
     if (T > max_tokens_)
-      throw PlanError("capture size " + std::to_string(T) + " exceeds max_tokens");
+      throw boundary::PlanError("capture size " + std::to_string(T) + " exceeds max_tokens");
     cudaStreamCaptureStatus status;
     check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
     if (status != cudaStreamCaptureStatusNone)
@@ -421,13 +421,13 @@ class StackImpl final : public Stack::Impl {
       lead_ = wq_b_may_lead(plan, l);
       for (const std::string& op : plan.ops(cfg, l)) {
         const std::string where = "layer" + std::to_string(l) + "/" + op;
-        if (plan.at(l, op) == Placement::graph) {
+        if (plan.at(l, op) == boundary::Placement::graph) {
           graph->graph(where, [&] {
             in_graph_ = true;
             Reset g{in_graph_};
             run_op(l, op);
           });
-        } else {  // runs now on empty metadata (no real rows), and again at every replay
+        } else {        // runs now on empty metadata (no real rows), and again at every replay
           join_side();  // into the segment the eager op ends
           graph->eager(where, [this, l, op] {
             eager_segment_ = true;
@@ -443,7 +443,9 @@ class StackImpl final : public Stack::Impl {
     return info;
   }
 
-  int capture_count() const override { return static_cast<int>(captures_.size()); }
+  int capture_count() const override {
+    return static_cast<int>(captures_.size());
+  }
   int indexer_forks() const override {
     return forks_;
   }
@@ -453,10 +455,12 @@ class StackImpl final : public Stack::Impl {
 
   void set_mutant(const std::string& name) override {
     if (!name.empty()) {
-      const auto& names = mutant_names();
-      if (std::find(names.begin(), names.end(), name) == names.end() || is_plan_mutant(name))
-        throw PlanError("'" + name + "' is not a stack mutant (plan mutants go through "
-                        "mutate_plan)");
+      const auto& names = boundary::mutant_names();
+      if (std::find(names.begin(), names.end(), name) == names.end() ||
+          boundary::is_plan_mutant(name))
+        throw boundary::PlanError("'" + name +
+                                  "' is not a stack mutant (plan mutants go through "
+                                  "boundary::mutate_plan)");
     }
     if (name == "unjoined-stream" && !side_)
       check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "side stream");
@@ -475,7 +479,7 @@ class StackImpl final : public Stack::Impl {
     labels_.clear();
     record_ = true;
     try {
-      run(plan_preset("eager", cfg), in, false);
+      run(boundary::plan_preset("eager", cfg), in, false);
     } catch (...) {
       record_ = false;
       throw;
@@ -595,7 +599,9 @@ class StackImpl final : public Stack::Impl {
     return ld;
   }
 
-  int tiles() const { return (cfg.kv_lora_rank + kDsMlaTile - 1) / kDsMlaTile; }
+  int tiles() const {
+    return (cfg.kv_lora_rank + kDsMlaTile - 1) / kDsMlaTile;
+  }
 
   k::Dims dims() const {
     k::Dims d{};
@@ -626,9 +632,13 @@ class StackImpl final : public Stack::Impl {
   }
 
   k::Meta meta() const {
-    const int* pos = mutant_ == "stale-positions" && in_graph_ ? positions_snapshot_->get()
-                                                               : positions_->get();
-    return {pos, slots_->get(), request_of_token_->get(), block_table_->get(), rope_cos_->get(),
+    const int* pos =
+        mutant_ == "stale-positions" && in_graph_ ? positions_snapshot_->get() : positions_->get();
+    return {pos,
+            slots_->get(),
+            request_of_token_->get(),
+            block_table_->get(),
+            rope_cos_->get(),
             rope_sin_->get()};
   }
 
@@ -784,7 +794,7 @@ class StackImpl final : public Stack::Impl {
     return aux_;
   }
   /// Every layer's ops of `plan`, launched in order (no capture), the indexer stream joined.
-  void run_layers(const Plan& plan) {
+  void run_layers(const boundary::Plan& plan) {
     for (int l = 0; l < cfg.num_layers; ++l) {
       lead_ = wq_b_may_lead(plan, l);
       for (const std::string& op : plan.ops(cfg, l)) run_op(l, op);
@@ -799,12 +809,12 @@ class StackImpl final : public Stack::Impl {
   /// indexer_topk is an eager op (`narrow`) the chain stops at the segment's end anyway, and
   /// leading only puts indexer_wq_b in series with q_b_proj (2-4 us slower at T >= 2,
   /// measured). DSV32_WQB_LEAD=0: never (A/B timing).
-  bool wq_b_may_lead(const Plan& plan, int l) const {
+  bool wq_b_may_lead(const boundary::Plan& plan, int l) const {
     if (!wq_b_lead_ || !cfg.is_full_layer(l)) return false;
     if (!plan.capture) return true;
-    for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b", "fused_q",
-                           "indexer_topk"})
-      if (plan.at(l, op) != Placement::graph) return false;
+    for (const char* op :
+         {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b", "fused_q", "indexer_topk"})
+      if (plan.at(l, op) != boundary::Placement::graph) return false;
     return true;
   }
 
@@ -897,8 +907,8 @@ class StackImpl final : public Stack::Impl {
     return T_ <= k::kGemvMaxRows && k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv(0), d.L);
   }
   const S* w_uv(int l) const {  // W_UV[0]: rows dn .. dn + dv of head 0's block of w_kv_b
-    return layers_[l].w_kv_b->get() + static_cast<std::size_t>(cfg.qk_nope_head_dim) *
-                                          cfg.kv_lora_rank;
+    return layers_[l].w_kv_b->get() +
+           static_cast<std::size_t>(cfg.qk_nope_head_dim) * cfg.kv_lora_rank;
   }
   /// `op`: uv_proj or uv_proj_static (errors and launch labels name it).
   void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op) {
@@ -973,8 +983,8 @@ class StackImpl final : public Stack::Impl {
       if (k::uk_small_fits<S>(d, T)) {
         with_rows(T, [&](auto R) {
           launch(op.c_str(), k::uk_small<S, decltype(R)::value>, d.H, k::kUkThreads,
-                 k::uk_small_smem<S>(d, T), stream_, d, w.q->get(), w.w_kv_b->get(),
-                 w.qpack->get(), evict_first_);
+                 k::uk_small_smem<S>(d, T), stream_, d, w.q->get(), w.w_kv_b->get(), w.qpack->get(),
+                 evict_first_);
         });
       } else if (!bypass_blas(op, "batched GEMM")) {
         check_blas(cublasGemmStridedBatchedEx(
@@ -1141,7 +1151,7 @@ class StackImpl final : public Stack::Impl {
       launch(op.c_str(), k::residual_add<S>, static_cast<unsigned>((n + 255) / 256), 256, 0,
              stream_, h_->get(), w.y->get(), n);
     } else {
-      throw PlanError("unknown op '" + op + "'");
+      throw boundary::PlanError("unknown op '" + op + "'");
     }
     check(cudaGetLastError(), ("layer" + std::to_string(l) + "/" + op).c_str());
   }
@@ -1305,11 +1315,11 @@ Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_
                     std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ")");
   const detail::DeviceGuard on(device);
   if (cfg.precision == Precision::bf16)
-    impl_ = std::make_unique<StackImpl<__nv_bfloat16>>(cfg, weights, num_blocks, max_tokens,
-                                                       device, gather);
+    impl_ = std::make_unique<StackImpl<__nv_bfloat16>>(cfg, weights, num_blocks, max_tokens, device,
+                                                       gather);
   else
-    impl_ = std::make_unique<StackImpl<float>>(cfg, weights, num_blocks, max_tokens, device,
-                                               gather);
+    impl_ =
+        std::make_unique<StackImpl<float>>(cfg, weights, num_blocks, max_tokens, device, gather);
 }
 
 namespace {
@@ -1362,8 +1372,8 @@ IndexScoreRun run_index_score_kernels(int heads, int keys, std::uint64_t seed) {
   const k::IndexCache cache{dk->get(), dks->get()};
   const std::size_t smem = allow_index_scores_smem(d);
   k::index_scores_grouped<<<dim3(1, (keys + k::kIdxBlockKeys - 1) / k::kIdxBlockKeys),
-                             k::kIdxThreads, smem>>>(
-      d, m, dq->get(), dom->get(), cache, a->get(), keys);
+                            k::kIdxThreads, smem>>>(d, m, dq->get(), dom->get(), cache, a->get(),
+                                                    keys);
   k::index_scores_keys<<<dim3(1, (keys + 127) / 128), k::kIdxKeyThreads, smem>>>(
       d, m, dq->get(), dom->get(), cache, b->get(), keys);
   const bool mma = k::index_mma_fits(d);
@@ -1527,7 +1537,8 @@ std::string index_score_kernels_disagree(int heads, int keys, std::uint64_t seed
 
 std::string index_scores_off_bound(int heads, int keys, std::uint64_t seed) {
   const IndexScoreRun run = run_index_score_kernels(heads, keys, seed);
-  std::vector<double> q(run.q8.size()), kv(run.codes.size()), om(run.omega.begin(), run.omega.end());
+  std::vector<double> q(run.q8.size()), kv(run.codes.size()),
+      om(run.omega.begin(), run.omega.end());
   for (std::size_t i = 0; i < q.size(); ++i) q[i] = e4m3_value(run.q8[i]);
   for (std::size_t i = 0; i < kv.size(); ++i) kv[i] = e4m3_value(run.codes[i]);
   std::vector<const double*> kp;
@@ -1558,7 +1569,7 @@ Stack::~Stack() {
 }
 
 std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int num_blocks,
-                                 const std::vector<StepInput>& steps, const Plan& plan,
+                                 const std::vector<StepInput>& steps, const boundary::Plan& plan,
                                  const std::string& mutant, int* captures) {
   Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
   if (!mutant.empty()) stack.set_mutant(mutant);
@@ -1570,20 +1581,20 @@ std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int 
 
 StepTrace Stack::step(const StepInput& in) {
   const detail::DeviceGuard on(impl_->device);
-  return impl_->run(plan_preset("eager", impl_->cfg), in, false);
+  return impl_->run(boundary::plan_preset("eager", impl_->cfg), in, false);
 }
 
-CaptureInfo Stack::capture(const Plan& plan, int T, bool allow_host_capture) {
+CaptureInfo Stack::capture(const boundary::Plan& plan, int T, bool allow_host_capture) {
   const detail::DeviceGuard on(impl_->device);
   return impl_->capture(plan, T, allow_host_capture);
 }
 
-StepTrace Stack::replay(const Plan& plan, const StepInput& in) {
+StepTrace Stack::replay(const boundary::Plan& plan, const StepInput& in) {
   const detail::DeviceGuard on(impl_->device);
   return impl_->run(plan, in, true);
 }
 
-StepTrace Stack::run(const Plan& plan, const StepInput& in) {
+StepTrace Stack::run(const boundary::Plan& plan, const StepInput& in) {
   const detail::DeviceGuard on(impl_->device);
   return impl_->run(plan, in, false);
 }
@@ -1598,7 +1609,7 @@ void Stack::synthesize_context(const StepInput& in) {
   impl_->synthesize_context(in);
 }
 
-double Stack::time_step(const Plan& plan, const StepInput& in, int repeats) {
+double Stack::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   const detail::DeviceGuard on(impl_->device);
   return impl_->time_step(plan, in, repeats);
 }
@@ -1608,7 +1619,7 @@ double Stack::last_host_ms() const {
 }
 
 std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats,
-                                                          bool graph) {
+                                                            bool graph) {
   const detail::DeviceGuard on(impl_->device);
   return impl_->time_ops(in, repeats, graph);
 }

@@ -77,8 +77,8 @@ Tensor heads_joined(const std::vector<const Tensor*>& parts, int layer) {
   const std::int64_t rows = a.shape[0], per = rows ? a.numel() / rows : 0;
   for (std::size_t r = 1; r < parts.size(); ++r)
     if (parts[r]->shape != a.shape || parts[r]->dtype != a.dtype)
-      throw TpError(at(static_cast<int>(r), layer, a.name) + ": shape " +
-                    parts[r]->shape_string() + " where rank 0 has " + a.shape_string());
+      throw TpError(at(static_cast<int>(r), layer, a.name) + ": shape " + parts[r]->shape_string() +
+                    " where rank 0 has " + a.shape_string());
   Tensor out = a;
   out.shape[1] *= static_cast<std::int64_t>(parts.size());
   out.data.resize(a.data.size() * parts.size());
@@ -146,7 +146,7 @@ struct TpGroup::Impl {
   int tp = 1;
   std::vector<std::unique_ptr<Stack>> stacks;
   std::vector<StepTrace> last;
-  std::string broken;  // why the group refuses calls ("" while usable)
+  std::string broken;    // why the group refuses calls ("" while usable)
   int inject_rank = -1;  // inject_rank_failure: the rank whose next run throws
 
   /// Runs f(rank) on every rank, one thread each (inline for one rank). When a rank throws, the
@@ -199,8 +199,7 @@ struct TpGroup::Impl {
   }
 };
 
-TpGroup::TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks,
-                 int max_tokens)
+TpGroup::TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens)
     : impl_(std::make_unique<Impl>()) {
   const Config shard = cfg.tp_shard(tp);  // ConfigError unless tp divides the heads
   weights.check_shapes(cfg);
@@ -242,7 +241,7 @@ int TpGroup::size() const {
   return impl_->tp;
 }
 
-StepTrace TpGroup::run(const Plan& plan, const StepInput& in) {
+StepTrace TpGroup::run(const boundary::Plan& plan, const StepInput& in) {
   Impl& m = *impl_;
   m.last.assign(m.tp, StepTrace{});
   const int inject = std::exchange(m.inject_rank, -1);
@@ -275,7 +274,7 @@ void TpGroup::synthesize_context(const StepInput& in) {
   impl_->each_rank([&](int r) { impl_->stacks[r]->synthesize_context(in); });
 }
 
-double TpGroup::time_step(const Plan& plan, const StepInput& in, int repeats) {
+double TpGroup::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   Impl& m = *impl_;
   std::vector<double> ms(m.tp, 0.0);
   m.each_rank([&](int r) { ms[r] = m.stacks[r]->time_step(plan, in, repeats); });
@@ -284,7 +283,7 @@ double TpGroup::time_step(const Plan& plan, const StepInput& in, int repeats) {
 
 std::vector<StepTrace> run_steps_tp(const Config& cfg, const Weights& weights, int tp,
                                     int num_blocks, const std::vector<StepInput>& steps,
-                                    const Plan& plan, int* captures) {
+                                    const boundary::Plan& plan, int* captures) {
   TpGroup group(cfg, weights, tp, num_blocks, max_capture_size(steps));
   std::vector<StepTrace> out;
   for (const StepInput& in : steps) out.push_back(group.run(plan, in));

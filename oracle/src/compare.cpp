@@ -197,9 +197,9 @@ CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1
   const double tol =
       run ? widened_tol(own_tol, 2.0 * run_spread + floor, vacuity_cap(t0, cap_precision))
           : own_tol;
-  CompareResult r = measure(got, t0, tol,
-                            run ? "2*max|T1-T0| over the run (capped) + fa_floor"
-                                : "2*max|T1-T0| + fa_floor");
+  CompareResult r =
+      measure(got, t0, tol,
+              run ? "2*max|T1-T0| over the run (capped) + fa_floor" : "2*max|T1-T0| + fa_floor");
   if (!same_shape) {
     r.refused = true;
     r.note = "T1 shape " + t1.shape_string() + " != T0 shape " + t0.shape_string();
@@ -215,12 +215,11 @@ CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n, 
   // At the stage's run scale where that is larger (a step whose values cancelled).
   const double rel = 2.0 * gamma_fp32(n), own_scale = max_abs(t0), own = rel * own_scale;
   const bool widened = scale > own_scale;
-  const double tol =
-      widened ? widened_tol(own, rel * scale, vacuity_cap(t0, DType::float32)) : own;
-  CompareResult r = measure(got, t0, tol,
-                            (widened ? "2*gamma_n*max(max|T0|, run scale) capped, n="
-                                     : "2*gamma_n*max|T0|, n=") +
-                                std::to_string(n));
+  const double tol = widened ? widened_tol(own, rel * scale, vacuity_cap(t0, DType::float32)) : own;
+  CompareResult r =
+      measure(got, t0, tol,
+              (widened ? "2*gamma_n*max(max|T0|, run scale) capped, n=" : "2*gamma_n*max|T0|, n=") +
+                  std::to_string(n));
   refuse_if_vacuous(r, t0, DType::float32);
   r.pass = r.pass && !r.refused;
   return r;
@@ -322,8 +321,8 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
         // rounded to fp32 (MATH.md section 4), so the quotient can land a rounding error
         // (2^-24, not less) below a binade's bottom.
         const double code0 = round_e4m3(std::fabs(w) / scale0);
-        const double step0 = std::fabs(g) > std::fabs(w) ? e4m3_quantum(code0)
-                                                         : e4m3_quantum(code0 * (1 - 0x1p-10));
+        const double step0 =
+            std::fabs(g) > std::fabs(w) ? e4m3_quantum(code0) : e4m3_quantum(code0 * (1 - 0x1p-10));
         const double q = std::max(e4m3_quantum(std::fabs(w) / scale) * scale, step0 * scale0);
         count_in_quanta(r, k, g, w, q, 2 * spread + rel * (std::fabs(w) + q));
       }

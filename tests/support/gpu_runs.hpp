@@ -17,12 +17,12 @@ namespace dsv32::testing {
 /// its ranks' traces merged); `captures` receives how many captures the stack (each rank) ended
 /// up holding.
 inline std::vector<StepTrace> run_plan(const Config& cfg, const Weights& w, int num_blocks,
-                                       const std::vector<StepInput>& steps,
-                                       const std::string& plan, int* captures = nullptr,
-                                       int tp = 1) {
+                                       const std::vector<StepInput>& steps, const std::string& plan,
+                                       int* captures = nullptr, int tp = 1) {
   if (tp > 1)
-    return gpu::run_steps_tp(cfg, w, tp, num_blocks, steps, gpu::plan_preset(plan, cfg), captures);
-  return gpu::run_steps(cfg, w, num_blocks, steps, gpu::plan_preset(plan, cfg), "", captures);
+    return gpu::run_steps_tp(cfg, w, tp, num_blocks, steps, boundary::plan_preset(plan, cfg),
+                             captures);
+  return gpu::run_steps(cfg, w, num_blocks, steps, boundary::plan_preset(plan, cfg), "", captures);
 }
 
 /// "" when `eager` passes the oracle's gates (TESTING.md) on every step and each of `plans` gives

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dsv32/gpu/plan.hpp"
+#include "dsv32/boundary/plan.hpp"
 #include "dsv32/oracle/oracle.hpp"
 
 namespace dsv32::gpu {
@@ -32,7 +32,7 @@ struct BisectReport {
 /// Bisects `plan` on `steps` ("" mutant: none; a plan mutant is applied to the plan, a stack
 /// mutant switched on in every run). `progress` gets a line per run.
 BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& weights,
-                    int num_blocks, const std::vector<StepInput>& steps, const Plan& plan,
+                    int num_blocks, const std::vector<StepInput>& steps, const boundary::Plan& plan,
                     const std::string& mutant = "",
                     const std::function<void(const std::string&)>& progress = {});
 

@@ -16,7 +16,7 @@ struct Judgement {
   // Where the first failure is: step, layer (-1: the output), stage ("topk" for a set).
   int first_step = -1, first_layer = -1;
   std::string first_stage;
-  double worst = 0.0;                 // max over gated stages of max_err / tol
+  double worst = 0.0;  // max over gated stages of max_err / tol
   std::string worst_where;
   int stages = 0;  // stages compared
   // Failures that are refusals of a vacuous gate: the oracle's own T1 - T0 spread is too wide
@@ -31,8 +31,7 @@ struct Judgement {
 /// tensor-parallel group of `tp` ranks (merged traces) is judged against the unsharded T0, with
 /// T1 rounding each rank's o_proj partial before their sum (StepOptions::o_proj_ranks).
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
-                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu,
-                int tp = 1);
+                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp = 1);
 
 /// Where two runs first differ bitwise: step, layer (-1: the output) and stage, in trace order.
 struct Divergence {

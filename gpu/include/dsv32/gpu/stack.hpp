@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "dsv32/boundary/plan.hpp"
 #include "dsv32/gpu/graph.hpp"
-#include "dsv32/gpu/plan.hpp"
 #include "dsv32/oracle/oracle.hpp"
 
 namespace dsv32::gpu {
@@ -49,12 +49,12 @@ class Stack {
   /// segments, each eager op ends the segment, runs for real on empty metadata (no real rows;
   /// the residual stream holds ones) and is recorded for replay. Validates the plan unless
   /// `allow_host_capture`.
-  CaptureInfo capture(const Plan& plan, int T, bool allow_host_capture = false);
+  CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture = false);
   /// Replays the capture of (plan, in.capture_size) for the step: writes the inputs into the
   /// static buffers, updates the host metadata, runs the segments in order on one stream.
-  StepTrace replay(const Plan& plan, const StepInput& in);
+  StepTrace replay(const boundary::Plan& plan, const StepInput& in);
   /// Runs the step under `plan`: `eager` runs ops directly; other plans capture on first use.
-  StepTrace run(const Plan& plan, const StepInput& in);
+  StepTrace run(const boundary::Plan& plan, const StepInput& in);
 
   /// Turns on one stack mutant of BOUNDARIES.md section 4 ("" turns it off; plan mutants go
   /// through mutate_plan); drops the captures held. Throws PlanError for other names.
@@ -86,7 +86,7 @@ class Stack {
   void synthesize_context(const StepInput& in);
   /// Mean milliseconds of one step under `plan` over `repeats` timed runs (CUDA events, after a
   /// warm-up run that also captures).
-  double time_step(const Plan& plan, const StepInput& in, int repeats);
+  double time_step(const boundary::Plan& plan, const StepInput& in, int repeats);
   /// Milliseconds the host spent launching one step in the last time_step (the median batch's
   /// launch loop over its repeats). Well under the step's own time, the GPU's work set the
   /// step's time; near it, the host's launches did (or a full launch queue blocked the host,
@@ -112,7 +112,7 @@ class Stack {
 /// `mutant` switched on ("" none); `captures` receives how many captures the stack held at the
 /// end. What the plan tests, the mutant tests and bisect all run.
 std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int num_blocks,
-                                 const std::vector<StepInput>& steps, const Plan& plan,
+                                 const std::vector<StepInput>& steps, const boundary::Plan& plan,
                                  const std::string& mutant = "", int* captures = nullptr);
 
 }  // namespace dsv32::gpu

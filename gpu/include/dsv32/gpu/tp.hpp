@@ -51,7 +51,7 @@ class TpGroup {
   /// Runs the step on every rank under `plan` (each rank captures on first use, like
   /// Stack::run) and returns the merged trace. A rank that fails aborts the group's NCCL
   /// communicators (the others would wait for it forever); the group then refuses every call.
-  StepTrace run(const Plan& plan, const StepInput& in);
+  StepTrace run(const boundary::Plan& plan, const StepInput& in);
   /// Fault injection, for tests: on the next run(), `rank` throws TpError ("injected
   /// failure") 100 ms in without joining o_proj's all-gather, as a rank that fails mid-step
   /// would, while the other ranks go on into the collective and wait there for it.
@@ -63,7 +63,7 @@ class TpGroup {
   void synthesize_context(const StepInput& in);
   /// Mean milliseconds of one step under `plan`, the slowest rank's (Stack::time_step on every
   /// rank at once).
-  double time_step(const Plan& plan, const StepInput& in, int repeats);
+  double time_step(const boundary::Plan& plan, const StepInput& in, int repeats);
 
   struct Impl;
 
@@ -76,6 +76,6 @@ class TpGroup {
 /// collective (the bits of gpu::run_steps).
 std::vector<StepTrace> run_steps_tp(const Config& cfg, const Weights& weights, int tp,
                                     int num_blocks, const std::vector<StepInput>& steps,
-                                    const Plan& plan, int* captures = nullptr);
+                                    const boundary::Plan& plan, int* captures = nullptr);
 
 }  // namespace dsv32::gpu

@@ -70,8 +70,7 @@ CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1
 /// over the whole run (diff_traces passes the largest max|T0| of the stage over the steps): a
 /// step whose values cancel far below their terms is judged at the stage's scale, the gate then
 /// no wider than the vacuity cap.
-CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n,
-                           double scale = 0.0);
+CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n, double scale = 0.0);
 /// Largest |value| of a tensor (0 for an empty one; NaN ignored).
 double max_abs(const Tensor& t);
 /// max |a - b| over the elements both have (NaN ignored, as max_abs).

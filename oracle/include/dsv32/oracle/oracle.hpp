@@ -54,7 +54,7 @@ struct StepOptions {
   /// of this run's own (fp8_ds_mla: follow another run's cache codes); the trace's `c` stays
   /// this run's own.
   std::vector<std::optional<Mat>> latent_override;
-  Profile* profile = nullptr;                          // per-op wall time when set
+  Profile* profile = nullptr;  // per-op wall time when set
   /// Added to every position where RoPE uses it (not causality, not slots): RoPE is relative,
   /// so scores and outputs must not change beyond rounding (a metamorphic property).
   int rope_position_offset = 0;

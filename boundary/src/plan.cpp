@@ -1,8 +1,8 @@
-#include "dsv32/gpu/plan.hpp"
+#include "dsv32/boundary/plan.hpp"
 
 #include <algorithm>
 
-namespace dsv32::gpu {
+namespace dsv32::boundary {
 namespace {
 
 bool indexer_op(std::string_view op) {
@@ -75,9 +75,9 @@ Plan plan_preset(std::string_view name, const Config& cfg) {
 
 const std::vector<std::string>& mutant_names() {
   static const std::vector<std::string> names{
-      "fresh-output",       "capture-host-op",    "baked-short-prefill", "uv-captured-nocopy",
-      "shared-layer-clears", "no-topk-clear",     "double-rope",         "padded-cache-write",
-      "stale-positions",    "unjoined-stream"};
+      "fresh-output",        "capture-host-op", "baked-short-prefill", "uv-captured-nocopy",
+      "shared-layer-clears", "no-topk-clear",   "double-rope",         "padded-cache-write",
+      "stale-positions",     "unjoined-stream"};
   return names;
 }
 
@@ -146,4 +146,4 @@ void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
   }
 }
 
-}  // namespace dsv32::gpu
+}  // namespace dsv32::boundary

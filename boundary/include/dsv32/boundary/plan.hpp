@@ -10,7 +10,7 @@
 
 #include "dsv32/oracle/config.hpp"
 
-namespace dsv32::gpu {
+namespace dsv32::boundary {
 
 /// Raised for an invalid plan; the message names the layer and op.
 struct PlanError : std::invalid_argument {
@@ -27,8 +27,8 @@ bool is_host_op(std::string_view op);
 
 struct Plan {
   std::string name;
-  bool capture = true;     // false: the `eager` baseline, no capture machinery at all
-  bool copy_form = false;  // latent_copy + uv_proj_static instead of uv_proj
+  bool capture = true;              // false: the `eager` baseline, no capture machinery at all
+  bool copy_form = false;           // latent_copy + uv_proj_static instead of uv_proj
   bool allow_host_capture = false;  // captures H ops on purpose (plan mutants); skips validate
   std::vector<std::map<std::string, Placement>> placement;  // per layer, per op
 
@@ -64,4 +64,4 @@ int capture_size_for(const std::vector<int>& sizes, int num_tokens);
 /// variant); `allow_host_capture` bypasses it on purpose (mutants, bisect).
 void validate(const Plan& plan, const Config& cfg, bool allow_host_capture = false);
 
-}  // namespace dsv32::gpu
+}  // namespace dsv32::boundary

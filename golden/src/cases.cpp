@@ -87,9 +87,7 @@ std::vector<CaseSpec> build() {
   // Steps of 96, 2 and 1 tokens: the GPU's products take cuBLAS at 96 rows (uv_proj too), the
   // decode GEMV at 2 rows, and at one row also o_proj's long-row GEMV (docs/GPU.md).
   CaseSpec f = make("dsv32-full", "Full DeepSeek-V3.2 sizes, one layer (generated on demand)", full,
-                    {{{{0, 64}, {1, 32}}, 0, {}},
-                     {{{0, 1}, {1, 1}}, 0, {}},
-                     {{{0, 1}}, 0, {}}});
+                    {{{{0, 64}, {1, 32}}, 0, {}}, {{{0, 1}, {1, 1}}, 0, {}}, {{{0, 1}}, 0, {}}});
   f.committed = false;
   f.num_blocks = 8;
   r.push_back(std::move(f));
@@ -97,12 +95,12 @@ std::vector<CaseSpec> build() {
   // (captured while contexts are short, replayed past K), a row whose context shrinks between
   // steps (stale top-k entries show), a small pool so physical block 0 is in use (a padded row
   // written to slot 0 hits a real token), F and S layers.
-  CaseSpec bait = make("mutant-bait", "Steps that expose every mutant (generated on demand)",
-                       preset("tiny-fs"),
-                       {{{{0, 12}, {1, 3}}, 16, {}},
-                        {{{0, 1}, {1, 1}}, 16, {}},
-                        {{{1, 1}, {0, 1}, {2, 4}}, 16, {}},
-                        {{{2, 1}, {1, 1}, {0, 1}}, 16, {}}});
+  CaseSpec bait =
+      make("mutant-bait", "Steps that expose every mutant (generated on demand)", preset("tiny-fs"),
+           {{{{0, 12}, {1, 3}}, 16, {}},
+            {{{0, 1}, {1, 1}}, 16, {}},
+            {{{1, 1}, {0, 1}, {2, 4}}, 16, {}},
+            {{{2, 1}, {1, 1}, {0, 1}}, 16, {}}});
   bait.committed = false;
   bait.num_blocks = 9;
   r.push_back(std::move(bait));
