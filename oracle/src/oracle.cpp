@@ -9,6 +9,7 @@
 #include "dsv32/oracle/fixed_order.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
+#include "layer_ops.hpp"
 #include "parallel.hpp"
 
 namespace dsv32 {
@@ -16,43 +17,12 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-/// y = x * w^T (a projection: w is out x in), in the oracle's fixed summation order.
-template <class X, class W>
-void project(Mat& y, const X& x, const W& w) {
-  y.resize(x.rows(), w.rows());
-  fixed::gemm_nt(y, x, w);
-}
-
-/// Every element of m rounded to bf16 in place, a row at a time (a loop the compiler vectorizes).
-void round_bf16_rows(fixed::MatRef m) {
-  for (Eigen::Index r = 0; r < m.rows(); ++r) {
-    double* p = m.data() + r * m.outerStride();
-    for (Eigen::Index c = 0; c < m.cols(); ++c) p[c] = round_bf16(p[c]);
-  }
-}
-
-using ConstMap = Eigen::Map<const Mat>;
-using RowSpan = std::span<double>;
-
-void rmsnorm_rows(Mat& out, const Eigen::Ref<const Mat>& x, const Vec& g, double eps) {
-  out.resize(x.rows(), x.cols());
-  for (Eigen::Index r = 0; r < x.rows(); ++r) {
-    const double ss = fixed::sum_squares(x.row(r).data(), x.cols());
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.cols()) + eps);
-    out.row(r) = (x.row(r).array() * inv) * g.transpose().array();
-  }
-}
-
 /// Rows [0, Ta) of m as a tensor of shape (Ta, tail...).
 Tensor stage(const char* name, const Mat& m, int Ta, std::vector<std::int64_t> tail, DType dt) {
   std::vector<std::int64_t> shape{Ta};
   shape.insert(shape.end(), tail.begin(), tail.end());
   std::vector<double> data(m.data(), m.data() + static_cast<std::ptrdiff_t>(Ta) * m.cols());
   return Tensor::from(name, std::move(shape), std::move(data), dt);
-}
-
-RowSpan row_span(Mat& m, Eigen::Index r, Eigen::Index c0, Eigen::Index n) {
-  return RowSpan(&m(r, c0), static_cast<std::size_t>(n));
 }
 
 /// Attributes the wall time since the previous lap to the op just finished.
@@ -238,308 +208,77 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
   const int T = in.capture_size, Ta = in.num_tokens;
   if (static_cast<int>(in.positions.size()) != T || in.hidden.rows() != T)
     throw ScenarioError("step input is not derived: call StepInput::derive() first");
-  const int D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank, L = c.kv_lora_rank;
-  const int dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
-  const int dq = dn + dr, HI = c.index_n_heads, dI = c.index_head_dim, K = c.index_topk;
-  const int B = c.block_size;
-  const double sigma = c.softmax_scale();
-  const double eps = c.rms_norm_eps;
-  const bool round = rounds_bf16();
-  const auto store = [round](Mat& m) {  // in place, across the threads for large tensors
-    if (!round) return;
-    double* p = m.data();
-    const std::ptrdiff_t n = m.size();
-#pragma omp parallel for schedule(static) if (n >= (std::ptrdiff_t{1} << 16))
-    for (std::ptrdiff_t i = 0; i < n; ++i) p[i] = round_bf16(p[i]);
-  };
-  const auto dtype = [&](const char* s) {
-    return mode_ == Mode::exact && std::string_view(s) != "topk" ? DType::float64
-                                                                 : storage_dtype(c, s);
-  };
-  const RopeLayout index_layout =
-      c.indexer_rope == IndexerRope::neox ? RopeLayout::neox : RopeLayout::interleaved;
-
   for (std::int64_t s : in.slots)
-    if (s >= static_cast<std::int64_t>(num_blocks_) * B)
+    if (s >= static_cast<std::int64_t>(num_blocks_) * c.block_size)
       throw ScenarioError("slot " + std::to_string(s) + " outside the cache");
-
-  // RoPE's position (shifted only by the metamorphic-test hook); causality and slots use p(t).
-  const auto rope_pos = [&](int t) { return in.positions[t] + opts.rope_position_offset; };
+  const auto dtype = [&](std::string_view s) {
+    return mode_ == Mode::exact && s != "topk" ? DType::float64 : storage_dtype(c, s);
+  };
+  const int H = c.num_heads, L = c.kv_lora_rank, dr = c.qk_rope_head_dim;
+  const int HI = c.index_n_heads, dI = c.index_head_dim;
   Mat h = in.hidden;
-  TopkRows topk = TopkRows::Constant(T, K, -1);  // the buffer shared by the layers of a forward
+  TopkRows topk = TopkRows::Constant(T, c.index_topk, -1);  // shared by the layers of a forward
   StepTrace trace;
   Laps lap(opts.profile);
   for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = w_->layers[l];
-    LayerCache& cache = caches_[l];
-    LayerTrace lt;
-    const auto keep = [&](const char* name, const Mat& m, std::vector<std::int64_t> tail) {
-      lap.aside("trace",
-                [&] { lt.tensors.push_back(stage(name, m, Ta, std::move(tail), dtype(name))); });
-    };
-
-    // input_norm, qkv_a_proj
-    Mat x;
-    rmsnorm_rows(x, h, lw.g_in, eps);
-    store(x);
+    const detail::LayerContext ctx{c, w_->layers[l], indexer_kw_[l], caches_[l], in, opts, rope_,
+                                   l, rounds_bf16()};
+    detail::LayerTensors t;
+    // BOUNDARIES.md section 1, in order (the F-only ops return at once on S layers).
+    detail::input_norm(ctx, h, t);
     lap("input_norm");
-    Mat qkv;
-    project(qkv, x, lw.w_qkv_a);
-    store(qkv);
+    detail::qkv_a_proj(ctx, t);
     lap("qkv_a_proj");
-
-    // norm_rope_cache: q_c, c, kR and the cache insert (padded rows, slot < 0, skipped)
-    Mat q_c, lat;
-    rmsnorm_rows(q_c, qkv.leftCols(Rq), lw.g_q, eps);
-    store(q_c);
-    rmsnorm_rows(lat, qkv.middleCols(Rq, L), lw.g_kv, eps);
-    Mat kR = qkv.rightCols(dr);
-    for (int t = 0; t < T; ++t)
-      rope_.apply(row_span(kR, t, 0, dr), rope_pos(t), RopeLayout::interleaved);
-    store(kR);
-    if (c.kv_cache == KvCache::fp8_ds_mla) {
-      for (int t = 0; t < T; ++t) {
-        if (in.slots[t] < 0) continue;
-        const std::vector<double> back = ds_mla_roundtrip(row_span(lat, t, 0, L));
-        std::copy(back.begin(), back.end(), &lat(t, 0));
-      }
-    }
-    store(lat);
-    const Mat* follow_lat =
-        static_cast<int>(opts.latent_override.size()) > l && opts.latent_override[l]
-            ? &*opts.latent_override[l]
-            : nullptr;
-    if (follow_lat && (follow_lat->rows() != Ta || follow_lat->cols() != L))
-      throw ScenarioError("latent override layer " + std::to_string(l) + ": shape " +
-                          std::to_string(follow_lat->rows()) + "x" +
-                          std::to_string(follow_lat->cols()) + ", expected " + std::to_string(Ta) +
-                          "x" + std::to_string(L));
-    Mat c_read(Ta, L);  // the trace's c: this run's own cache entries
-    for (int t = 0; t < T; ++t) {
-      if (in.slots[t] < 0) continue;
-      if (t < Ta) c_read.row(t) = lat.row(t);
-      if (follow_lat && t < Ta)
-        cache.kv.row(in.slots[t]) << follow_lat->row(t), kR.row(t);
-      else
-        cache.kv.row(in.slots[t]) << lat.row(t), kR.row(t);
-    }
-    keep("q_c", q_c, {Rq});
-    keep("c", c_read, {L});
-    keep("kR", kR, {dr});
+    detail::indexer_wk_proj(ctx, t);
+    lap("indexer_wk_proj");
+    detail::norm_rope_cache(ctx, t, topk);
     lap("norm_rope_cache");
-
-    // q_b_proj, uk_absorb, fused_q (MLA part)
-    Mat q;
-    project(q, q_c, lw.w_q_b);
-    store(q);
+    detail::q_b_proj(ctx, t);
     lap("q_b_proj");
-    Mat ql(T, static_cast<Eigen::Index>(H) * L), qR(T, static_cast<Eigen::Index>(H) * dr);
-    detail::parallel_for(H, [&](int hh) {  // one small GEMM per head: heads across threads
-      const auto w_uk = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv), dn);
-      auto block = ql.middleCols(static_cast<Eigen::Index>(hh) * L, L);
-      fixed::gemm_nn(block, q.middleCols(static_cast<Eigen::Index>(hh) * dq, dn), w_uk);
-      // The bf16 store of this head's block while it is still in cache (a store of the whole
-      // ql afterwards reads T x H x L doubles back from memory).
-      if (round) round_bf16_rows(block);
-    });
-    keep("ql", ql, {H, L});
+    detail::uk_absorb(ctx, t);
     lap("uk_absorb");
-    for (int hh = 0; hh < H; ++hh) {
-      qR.middleCols(static_cast<Eigen::Index>(hh) * dr, dr) =
-          q.middleCols(static_cast<Eigen::Index>(hh) * dq + dn, dr);
-      for (int t = 0; t < T; ++t)
-        rope_.apply(row_span(qR, t, static_cast<Eigen::Index>(hh) * dr, dr), rope_pos(t),
-                    RopeLayout::interleaved);
-    }
-    store(qR);
-    keep("qR", qR, {H, dr});
+    detail::indexer_wq_b(ctx, t);
+    lap("indexer_wq_b");
+    detail::fused_q(ctx, t);
     lap("fused_q");
-
-    // Indexer (F layers): indexer_wk_proj, norm_rope_cache's kI part, indexer_wq_b, fused_q's
-    // qI part, indexer_topk.
-    if (c.is_full_layer(l)) {
-      const IndexerWeights& iw = *lw.indexer;
-      Mat qI, kw;
-      project(kw, x, indexer_kw_[l]);  // one GEMM: [kraw | w]
-      store(kw);
-      const auto kraw = kw.leftCols(dI);
-      const auto wts = kw.rightCols(HI);
-      lap("indexer_wk_proj");
-      project(qI, q_c, iw.w_q_b);
-      store(qI);
-      lap("indexer_wq_b");
-      const auto rotate_quantize = [&](RowSpan v, int pos, double& scale) {
-        rope_.apply(v.first(dr), pos, index_layout);
-        if (c.hadamard == Hadamard::on) hadamard_transform(v);
-        const Fp8Block b = quantize_ue8m0(v);
-        for (int i = 0; i < dI; ++i) v[i] = e4m3_value(b.codes[i]);
-        scale = b.scale;
-      };
-      Mat kI(T, dI);
-      Vec kscale(T);
-      for (int t = 0; t < T; ++t) {
-        const auto r = kraw.row(t).array();
-        const double mean = fixed::sum(kraw.row(t).data(), dI) / dI;
-        const Eigen::RowVectorXd dev = r - mean;
-        const double var = fixed::sum_squares(dev.data(), dI) / dI;
-        kI.row(t) =
-            (dev.array() / std::sqrt(var + c.indexer_norm_eps)) * iw.g_k.transpose().array() +
-            iw.b_k.transpose().array();
-        rotate_quantize(row_span(kI, t, 0, dI), rope_pos(t), kscale[t]);
-        if (in.slots[t] < 0) continue;
-        cache.index_k.row(in.slots[t]) = kI.row(t);
-        cache.index_scale[in.slots[t]] = kscale[t];
-      }
-      lap("norm_rope_cache");
-      Mat qscale(T, HI), omega(T, HI);
-      const double head_norm = 1.0 / std::sqrt(static_cast<double>(dI) * HI);
-      for (int t = 0; t < T; ++t)
-        for (int hh = 0; hh < HI; ++hh) {
-          rotate_quantize(row_span(qI, t, static_cast<Eigen::Index>(hh) * dI, dI), rope_pos(t),
-                          qscale(t, hh));
-          omega(t, hh) = wts(t, hh) * qscale(t, hh) * head_norm;
-        }
-      lap("fused_q");
-      keep("qI8", qI, {HI, dI});
-      keep("qI_scale", qscale, {HI});
-      keep("kI8", kI, {dI});
-      keep("kI_scale", Mat(Eigen::Map<const Mat>(kscale.data(), T, 1)), {});
-      keep("omega", omega, {HI});
-
-      topk.setConstant(-1);  // clear rows [0, T), then write rows [0, Ta)
-      const std::optional<TopkRows>* ov =
-          static_cast<int>(opts.topk_override.size()) > l ? &opts.topk_override[l] : nullptr;
-      if (ov && ov->has_value()) {
-        const TopkRows& o = **ov;
-        if (o.rows() != Ta || o.cols() != K)
-          throw std::invalid_argument("topk override for layer " + std::to_string(l) +
-                                      " has the wrong shape");
-        for (int t = 0; t < Ta; ++t)
-          for (int k = 0; k < K; ++k)
-            if (o(t, k) < -1 || o(t, k) > in.positions[t])
-              throw std::invalid_argument("topk override layer " + std::to_string(l) + " row " +
-                                          std::to_string(t) + ": index " + std::to_string(o(t, k)) +
-                                          " outside [-1, p(t)]");
-        topk.topRows(Ta) = o;
-      } else {
-        // I(t, j) = kscale_j * sum_h omega[h] relu(qI8[h] . kI8_j), a cache block of keys at a
-        // time (a block's keys are contiguous in the cache), for groups of a request's tokens.
-        constexpr int group = 4;
-        std::vector<std::pair<int, int>> items;  // (request, first token of the group)
-        for (int r = 0; r < static_cast<int>(in.requests.size()); ++r)
-          for (int i = 0; i < in.requests[r].q; i += group) items.emplace_back(r, i);
-        detail::parallel_for(static_cast<int>(items.size()), [&](int w) {
-          const auto [r, i0] = items[w];
-          const RequestStep& rq = in.requests[r];
-          const int g = std::min(group, rq.q - i0), t0 = in.token_start[r] + i0;
-          const int last = rq.ctx + i0 + g - 1;  // the group's last position
-          // The group's query heads as columns, so that a block's dots come out a key a row:
-          // each dot one chain over the elements, each score a lane dot over the heads.
-          thread_local Mat q_t, dots;
-          q_t = ConstMap(&qI(t0, 0), static_cast<Eigen::Index>(g) * HI, dI).transpose();
-          thread_local std::vector<double> scores[group];
-          for (int i = 0; i < g; ++i) scores[i].resize(rq.ctx + i0 + i + 1);
-          for (int j0 = 0; j0 <= last; j0 += B) {
-            const int nk = std::min(B, last + 1 - j0);
-            const std::int64_t s0 = in.slot_of(r, j0, B);
-            dots.resize(nk, q_t.cols());
-            fixed::gemm_nn(dots, cache.index_k.middleRows(s0, nk), q_t);
-            for (Eigen::Index e = 0; e < dots.size(); ++e)  // relu; NaN stays NaN
-              if (dots.data()[e] < 0.0) dots.data()[e] = 0.0;
-            for (int i = 0; i < g; ++i) {
-              const int n = std::min(nk, rq.ctx + i0 + i + 1 - j0);
-              for (int j = 0; j < n; ++j)
-                scores[i][j0 + j] =
-                    cache.index_scale[s0 + j] * fixed::dot(&dots(j, i * HI), &omega(t0 + i, 0), HI);
-            }
-          }
-          for (int i = 0; i < g; ++i) {
-            const std::vector<int> sel = select_topk(scores[i], K);
-            for (int k = 0; k < K; ++k) topk(t0 + i, k) = sel[k];
-          }
-        });
-      }
-    }
-    Mat topk_d = topk.cast<double>();
-    keep("topk", topk_d, {K});
+    detail::indexer_topk(ctx, t, topk);
     lap("indexer_topk");
-
-    // sparse_mqa over the selected sets, reading the cache
-    Mat olat = Mat::Zero(T, static_cast<Eigen::Index>(H) * L);
-    Mat lse = Mat::Constant(T, H, -std::numeric_limits<double>::infinity());
-    detail::parallel_for(Ta, [&](int t) {
-      const int r = in.request_of_token[t];
-      std::vector<int> sel;
-      for (int k = 0; k < K; ++k)
-        if (topk(t, k) >= 0) sel.push_back(topk(t, k));
-      if (sel.empty()) return;
-      const Eigen::Index n = static_cast<Eigen::Index>(sel.size());
-      thread_local Mat kc, qt, z, ot;  // reused token to token (as the indexer's buffers)
-      kc.resize(n, L + dr);
-      for (Eigen::Index j = 0; j < n; ++j) kc.row(j) = cache.kv.row(in.slot_of(r, sel[j], B));
-      qt.resize(H, L + dr);
-      qt.leftCols(L) = ConstMap(&ql(t, 0), H, L);
-      qt.rightCols(dr) = ConstMap(&qR(t, 0), H, dr);
-      z.resize(H, n);
-      fixed::gemm_nt(z, qt, kc);
-      z *= sigma;
-      Vec denom(H);
-      for (int hh = 0; hh < H; ++hh) {
-        double* zr = &z(hh, 0);
-        const double m = *std::max_element(zr, zr + n);
-        for (Eigen::Index j = 0; j < n; ++j) zr[j] = std::exp(zr[j] - m);
-        denom[hh] = fixed::sum(zr, n);
-        lse(t, hh) = m + std::log(denom[hh]);
-      }
-      if (round) round_bf16_rows(z);  // P in bf16 before P*V
-      ot.resize(H, L);
-      fixed::gemm_nn(ot, z, kc.leftCols(L));
-      ot.array().colwise() /= denom.array();
-      Eigen::Map<Mat>(&olat(t, 0), H, L) = ot;
-    });
-    store(olat);
-    keep("olat", olat, {H, L});
-    keep("lse", lse, {H});
+    detail::sparse_mqa(ctx, topk, t);
     lap("sparse_mqa");
-
-    // uv_proj, o_proj, residual_add
-    Mat o(T, static_cast<Eigen::Index>(H) * dv);
-    detail::parallel_for(H, [&](int hh) {
-      const auto w_uv = lw.w_kv_b.middleRows(static_cast<Eigen::Index>(hh) * (dn + dv) + dn, dv);
-      fixed::gemm_nt(o.middleCols(static_cast<Eigen::Index>(hh) * dv, dv),
-                     olat.middleCols(static_cast<Eigen::Index>(hh) * L, L), w_uv);
-    });
-    store(o);
+    detail::uv_proj(ctx, t);
     lap("uv_proj");
-    Mat y;
-    if (opts.o_proj_ranks > 1) {
-      // Tensor parallel (MATH.md section 3): each rank's partial product over its heads'
-      // columns, stored as that rank's o_proj writes it, then summed in rank order.
-      const int R = opts.o_proj_ranks;
-      if (H % R != 0)
-        throw ConfigError("o_proj_ranks " + std::to_string(R) + " does not divide num_heads " +
-                          std::to_string(H));
-      const Eigen::Index cols = static_cast<Eigen::Index>(H / R) * dv;
-      y = Mat::Zero(T, D);
-      Mat part;
-      for (int r = 0; r < R; ++r) {
-        project(part, o.middleCols(r * cols, cols), lw.w_o.middleCols(r * cols, cols));
-        store(part);
-        y += part;
-      }
-    } else {
-      project(y, o, lw.w_o);
-    }
-    store(y);
+    detail::o_proj(ctx, t);
     lap("o_proj");
-    keep("o", o, {static_cast<std::int64_t>(H) * dv});
-    keep("y", y, {D});
-    h += y;
-    store(h);
+    detail::residual_add(ctx, t, h);
     lap("residual_add");
+
+    // The layer's stages (layer_stage_names(), in that order), rows [0, Ta).
+    LayerTrace lt;
+    lap.aside("trace", [&] {
+      const auto keep = [&](const char* name, const Mat& m, std::vector<std::int64_t> tail) {
+        lt.tensors.push_back(stage(name, m, Ta, std::move(tail), dtype(name)));
+      };
+      keep("q_c", t.q_c, {c.q_lora_rank});
+      keep("c", t.c, {L});
+      keep("kR", t.kR, {dr});
+      keep("ql", t.ql, {H, L});
+      keep("qR", t.qR, {H, dr});
+      if (c.is_full_layer(l)) {
+        keep("qI8", t.qI, {HI, dI});
+        keep("qI_scale", t.qI_scale, {HI});
+        keep("kI8", t.kI, {dI});
+        keep("kI_scale", Mat(Eigen::Map<const Mat>(t.kI_scale.data(), T, 1)), {});
+        keep("omega", t.omega, {HI});
+      }
+      keep("topk", topk.cast<double>(), {c.index_topk});
+      keep("olat", t.olat, {H, L});
+      keep("lse", t.lse, {H});
+      keep("o", t.o, {static_cast<std::int64_t>(H) * c.v_head_dim});
+      keep("y", t.y, {c.hidden_size});
+    });
     trace.layers.push_back(std::move(lt));
   }
-  trace.output = stage("output", h, Ta, {D}, dtype("output"));
+  trace.output = stage("output", h, Ta, {c.hidden_size}, dtype("output"));
   return trace;
 }
 
