@@ -23,21 +23,9 @@ T required(const json& j, const char* key) {
 }
 
 Shape stage_shape(const Config& c, const std::string& s, std::int64_t Ta) {
-  const std::int64_t H = c.num_heads, L = c.kv_lora_rank, dr = c.qk_rope_head_dim,
-                     HI = c.index_n_heads, dI = c.index_head_dim;
-  if (s == "q_c") return {Ta, c.q_lora_rank};
-  if (s == "c") return {Ta, L};
-  if (s == "kR") return {Ta, dr};
-  if (s == "ql" || s == "olat") return {Ta, H, L};
-  if (s == "qR") return {Ta, H, dr};
-  if (s == "qI8") return {Ta, HI, dI};
-  if (s == "qI_scale" || s == "omega") return {Ta, HI};
-  if (s == "kI8") return {Ta, dI};
-  if (s == "kI_scale") return {Ta};
-  if (s == "topk") return {Ta, c.index_topk};
-  if (s == "lse") return {Ta, H};
-  if (s == "o") return {Ta, H * c.v_head_dim};
-  return {Ta, c.hidden_size};  // y, output
+  Shape shape{Ta};
+  for (std::int64_t d : stage_tail(c, s)) shape.push_back(d);
+  return shape;
 }
 
 DType trace_dtype(const Config& c, const std::string& s, bool exact) {

@@ -110,8 +110,8 @@ void norm_rope_cache(const LayerContext& ctx, LayerTensors& t, TopkRows& topk) {
   }
   ctx.store(t.lat);
   const auto& overrides = ctx.opts.latent_override;
-  const Mat* follow = static_cast<int>(overrides.size()) > l && overrides[l] ? &*overrides[l]
-                                                                             : nullptr;
+  const Mat* follow =
+      static_cast<int>(overrides.size()) > l && overrides[l] ? &*overrides[l] : nullptr;
   if (follow && (follow->rows() != Ta || follow->cols() != L))
     throw ScenarioError("latent override layer " + std::to_string(l) + ": shape " +
                         std::to_string(follow->rows()) + "x" + std::to_string(follow->cols()) +
@@ -137,9 +137,8 @@ void norm_rope_cache(const LayerContext& ctx, LayerTensors& t, TopkRows& topk) {
     const double mean = fixed::sum(kraw.row(r).data(), dI) / dI;
     const Eigen::RowVectorXd dev = kraw.row(r).array() - mean;
     const double var = fixed::sum_squares(dev.data(), dI) / dI;
-    t.kI.row(r) =
-        (dev.array() / std::sqrt(var + c.indexer_norm_eps)) * iw.g_k.transpose().array() +
-        iw.b_k.transpose().array();
+    t.kI.row(r) = (dev.array() / std::sqrt(var + c.indexer_norm_eps)) * iw.g_k.transpose().array() +
+                  iw.b_k.transpose().array();
     rotate_quantize(ctx, row_span(t.kI, r, 0, dI), ctx.rope_pos(r), t.kI_scale[r]);
     if (in.slots[r] < 0) continue;
     ctx.cache.index_k.row(in.slots[r]) = t.kI.row(r);
@@ -256,8 +255,8 @@ void indexer_topk(const LayerContext& ctx, const LayerTensors& t, TopkRows& topk
       for (int i = 0; i < g; ++i) {
         const int n = std::min(nk, rq.ctx + i0 + i + 1 - j0);
         for (int j = 0; j < n; ++j)
-          scores[i][j0 + j] = ctx.cache.index_scale[s0 + j] *
-                              fixed::dot(&dots(j, i * HI), &t.omega(t0 + i, 0), HI);
+          scores[i][j0 + j] =
+              ctx.cache.index_scale[s0 + j] * fixed::dot(&dots(j, i * HI), &t.omega(t0 + i, 0), HI);
       }
     }
     for (int i = 0; i < g; ++i) {

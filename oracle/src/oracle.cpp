@@ -18,11 +18,12 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// Rows [0, Ta) of m as a tensor of shape (Ta, tail...).
-Tensor stage(const char* name, const Mat& m, int Ta, std::vector<std::int64_t> tail, DType dt) {
+Tensor stage(std::string_view name, const Mat& m, int Ta, std::vector<std::int64_t> tail,
+             DType dt) {
   std::vector<std::int64_t> shape{Ta};
   shape.insert(shape.end(), tail.begin(), tail.end());
   std::vector<double> data(m.data(), m.data() + static_cast<std::ptrdiff_t>(Ta) * m.cols());
-  return Tensor::from(name, std::move(shape), std::move(data), dt);
+  return Tensor::from(std::string(name), std::move(shape), std::move(data), dt);
 }
 
 /// Attributes the wall time since the previous lap to the op just finished.
@@ -98,24 +99,6 @@ void Oracle::synthesize_context(const StepInput& in, std::uint64_t seed) {
 
 std::string_view to_string(Mode m) {
   return m == Mode::exact ? "exact" : "emulated";
-}
-
-const std::vector<std::string>& layer_stage_names() {
-  static const std::vector<std::string> names{"q_c",  "c",        "kR",  "ql",       "qR",
-                                              "qI8",  "qI_scale", "kI8", "kI_scale", "omega",
-                                              "topk", "olat",     "lse", "o",        "y"};
-  return names;
-}
-
-bool is_indexer_stage(std::string_view n) {
-  return n == "qI8" || n == "qI_scale" || n == "kI8" || n == "kI_scale" || n == "omega";
-}
-
-DType storage_dtype(const Config& cfg, std::string_view s) {
-  if (s == "topk") return DType::int32;
-  if (s == "qI8" || s == "kI8") return DType::float8_e4m3fn;
-  if (s == "qI_scale" || s == "kI_scale" || s == "omega" || s == "lse") return DType::float32;
-  return cfg.precision == Precision::bf16 ? DType::bfloat16 : DType::float32;
 }
 
 const Tensor* LayerTrace::find(std::string_view name) const {
@@ -214,8 +197,6 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
   const auto dtype = [&](std::string_view s) {
     return mode_ == Mode::exact && s != "topk" ? DType::float64 : storage_dtype(c, s);
   };
-  const int H = c.num_heads, L = c.kv_lora_rank, dr = c.qk_rope_head_dim;
-  const int HI = c.index_n_heads, dI = c.index_head_dim;
   Mat h = in.hidden;
   TopkRows topk = TopkRows::Constant(T, c.index_topk, -1);  // shared by the layers of a forward
   StepTrace trace;
@@ -252,33 +233,38 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     detail::residual_add(ctx, t, h);
     lap("residual_add");
 
-    // The layer's stages (layer_stage_names(), in that order), rows [0, Ta).
+    // The layer's stages, in the stage table's order, rows [0, Ta).
     LayerTrace lt;
     lap.aside("trace", [&] {
-      const auto keep = [&](const char* name, const Mat& m, std::vector<std::int64_t> tail) {
-        lt.tensors.push_back(stage(name, m, Ta, std::move(tail), dtype(name)));
-      };
-      keep("q_c", t.q_c, {c.q_lora_rank});
-      keep("c", t.c, {L});
-      keep("kR", t.kR, {dr});
-      keep("ql", t.ql, {H, L});
-      keep("qR", t.qR, {H, dr});
-      if (c.is_full_layer(l)) {
-        keep("qI8", t.qI, {HI, dI});
-        keep("qI_scale", t.qI_scale, {HI});
-        keep("kI8", t.kI, {dI});
-        keep("kI_scale", Mat(Eigen::Map<const Mat>(t.kI_scale.data(), T, 1)), {});
-        keep("omega", t.omega, {HI});
+      const Mat kI_scale = Eigen::Map<const Mat>(t.kI_scale.data(), t.kI_scale.size(), 1);
+      const Mat topk_values = topk.cast<double>();
+      const std::pair<const char*, const Mat*> mats[] = {{"q_c", &t.q_c},
+                                                         {"c", &t.c},
+                                                         {"kR", &t.kR},
+                                                         {"ql", &t.ql},
+                                                         {"qR", &t.qR},
+                                                         {"qI8", &t.qI},
+                                                         {"qI_scale", &t.qI_scale},
+                                                         {"kI8", &t.kI},
+                                                         {"kI_scale", &kI_scale},
+                                                         {"omega", &t.omega},
+                                                         {"topk", &topk_values},
+                                                         {"olat", &t.olat},
+                                                         {"lse", &t.lse},
+                                                         {"o", &t.o},
+                                                         {"y", &t.y}};
+      for (const std::string& name : layer_stage_names()) {
+        if (is_indexer_stage(name) && !c.is_full_layer(l)) continue;
+        const Mat* m = nullptr;
+        for (const auto& [n, p] : mats)
+          if (name == n) m = p;
+        if (!m) throw std::logic_error("oracle: no tensor for stage '" + name + "'");
+        lt.tensors.push_back(stage(name, *m, Ta, stage_tail(c, name), dtype(name)));
       }
-      keep("topk", topk.cast<double>(), {c.index_topk});
-      keep("olat", t.olat, {H, L});
-      keep("lse", t.lse, {H});
-      keep("o", t.o, {static_cast<std::int64_t>(H) * c.v_head_dim});
-      keep("y", t.y, {c.hidden_size});
     });
     trace.layers.push_back(std::move(lt));
   }
-  trace.output = stage("output", h, Ta, {c.hidden_size}, dtype("output"));
+  trace.output = stage("output", h, Ta, stage_tail(c, "output"), dtype("output"));
   return trace;
 }
 

@@ -56,19 +56,6 @@ Tensor per_scale(const Tensor& omega, const Tensor& scale) {
 
 }  // namespace
 
-std::string_view stage_op(std::string_view s) {
-  if (s == "q_c" || s == "c" || s == "kR" || s == "kI8" || s == "kI_scale")
-    return "norm_rope_cache";
-  if (s == "ql") return "uk_absorb";
-  if (s == "qR" || s == "qI8" || s == "qI_scale" || s == "omega") return "fused_q";
-  if (s == "topk") return "indexer_topk";
-  if (s == "olat" || s == "lse") return "sparse_mqa";
-  if (s == "o") return "uv_proj";
-  if (s == "y") return "o_proj";
-  if (s == "output") return "residual_add";
-  return "?";
-}
-
 std::string StageDiff::where() const {
   return "step" + std::to_string(step) + "/" +
          (layer < 0 ? std::string() : "layer" + std::to_string(layer) + "/") + stage;

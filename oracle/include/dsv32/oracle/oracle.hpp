@@ -10,6 +10,7 @@
 #include "dsv32/oracle/config.hpp"
 #include "dsv32/oracle/rope.hpp"
 #include "dsv32/oracle/scenario.hpp"
+#include "dsv32/oracle/stages.hpp"
 #include "dsv32/oracle/tensor.hpp"
 #include "dsv32/oracle/weights.hpp"
 
@@ -18,13 +19,6 @@ namespace dsv32 {
 /// exact: fp64 math, only the model's quantizers. emulated: also rounds at every bf16 point.
 enum class Mode { exact, emulated };
 std::string_view to_string(Mode m);
-
-/// Trace tensor names of one layer, in op order (GOLDEN.md).
-const std::vector<std::string>& layer_stage_names();
-/// Stages that only F layers produce.
-bool is_indexer_stage(std::string_view name);
-/// The dtype the deployed implementation stores a stage in (bf16/fp32 precision, kv_cache).
-DType storage_dtype(const Config& cfg, std::string_view stage);
 
 /// Named stage tensors of one layer, rows [0, T_a), in op order.
 struct LayerTrace {

@@ -9,9 +9,6 @@
 
 namespace dsv32 {
 
-/// The BOUNDARIES.md op that produces a trace stage (e.g. "olat" -> "sparse_mqa").
-std::string_view stage_op(std::string_view stage);
-
 /// One compared stage.
 struct StageDiff {
   int step = 0;
