@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Fails, naming the files, when a tracked C++/CUDA source is not as clang-format (.clang-format)
-# would write it. `tools/check-format.sh --fix` rewrites them instead.
+# Fails, naming the files, when a C++/CUDA source (tracked, or new and not ignored) is not as
+# clang-format (.clang-format) would write it. `tools/check-format.sh --fix` rewrites them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh')
+mapfile -t files < <(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.cu' '*.cuh')
 if [ "${1:-}" = --fix ]; then
   clang-format -i "${files[@]}"
   exit 0

@@ -12,19 +12,24 @@ using Tail = std::vector<std::int64_t>;
 const std::vector<StageInfo>& stage_table() {
   using S = Storage;
   static const std::vector<StageInfo> table{
-      {"q_c", "norm_rope_cache", false, S::activation, [](const Config& c) -> Tail {
-         return {c.q_lora_rank};
-       }},
+      {"q_c", "norm_rope_cache", false, S::activation,
+       [](const Config& c) -> Tail { return {c.q_lora_rank}; }},
       {"c", "norm_rope_cache", false, S::activation,
        [](const Config& c) -> Tail { return {c.kv_lora_rank}; }},
       {"kR", "norm_rope_cache", false, S::activation,
        [](const Config& c) -> Tail { return {c.qk_rope_head_dim}; }},
       {"ql", "uk_absorb", false, S::activation,
-       [](const Config& c) -> Tail { return {c.num_heads, c.kv_lora_rank}; }},
+       [](const Config& c) -> Tail {
+         return {c.num_heads, c.kv_lora_rank};
+       }},
       {"qR", "fused_q", false, S::activation,
-       [](const Config& c) -> Tail { return {c.num_heads, c.qk_rope_head_dim}; }},
+       [](const Config& c) -> Tail {
+         return {c.num_heads, c.qk_rope_head_dim};
+       }},
       {"qI8", "fused_q", true, S::fp8,
-       [](const Config& c) -> Tail { return {c.index_n_heads, c.index_head_dim}; }},
+       [](const Config& c) -> Tail {
+         return {c.index_n_heads, c.index_head_dim};
+       }},
       {"qI_scale", "fused_q", true, S::fp32,
        [](const Config& c) -> Tail { return {c.index_n_heads}; }},
       {"kI8", "norm_rope_cache", true, S::fp8,
@@ -35,7 +40,9 @@ const std::vector<StageInfo>& stage_table() {
       {"topk", "indexer_topk", false, S::int32,
        [](const Config& c) -> Tail { return {c.index_topk}; }},
       {"olat", "sparse_mqa", false, S::activation,
-       [](const Config& c) -> Tail { return {c.num_heads, c.kv_lora_rank}; }},
+       [](const Config& c) -> Tail {
+         return {c.num_heads, c.kv_lora_rank};
+       }},
       {"lse", "sparse_mqa", false, S::fp32, [](const Config& c) -> Tail { return {c.num_heads}; }},
       {"o", "uv_proj", false, S::activation,
        [](const Config& c) -> Tail {
