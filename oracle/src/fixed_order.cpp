@@ -113,9 +113,20 @@ inline double reduce8(V8 x) {
 }
 
 /// Whether a product of this many multiply-adds is worth the threads (outside a parallel region).
-bool go_parallel(Index m, Index n, Index k, Index blocks) {
-  return blocks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1 &&
+bool go_parallel(Index m, Index n, Index k) {
+  return !omp_in_parallel() && omp_get_max_threads() > 1 &&
          static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) > 1 << 18;
+}
+
+/// Rows [0, rows) x columns [0, len) of `a` (row stride lda) copied contiguous into `packed`
+/// (64-byte aligned rows: a stride of a multiple of 8); a and lda then point at the copy. Rows a
+/// block reuses for every tile then fall into no common cache sets (head slices have strides of
+/// hundreds of KB).
+void pack_rows(const double*& a, Index& lda, Index rows, Index len, Mat& packed) {
+  packed.resize(rows, (len + 7) / 8 * 8);
+  for (Index i = 0; i < rows; ++i) std::copy(a + i * lda, a + i * lda + len, &packed(i, 0));
+  a = packed.data();
+  lda = packed.cols();
 }
 
 /// Runs fn(b) for b in [0, blocks), across threads when `parallel`.
@@ -312,7 +323,7 @@ void gemm_nt(MatRef C, const ConstMatRef& A, const ConstMatRef& B) {
   }
   const Index bi = (m + kNtBlockRows - 1) / kNtBlockRows;
   Index cols = kNtBlockCols;  // B rows a block: narrower when there would be too few blocks
-  const bool parallel = go_parallel(m, n, k, bi * ((n + cols - 1) / cols) + 1);
+  const bool parallel = go_parallel(m, n, k);
   if (parallel) {
     const Index want = 2 * omp_get_max_threads(), per_row = (want + bi - 1) / bi;
     const Index narrow = ((n + per_row - 1) / per_row + kNtCols - 1) / kNtCols * kNtCols;
@@ -331,12 +342,7 @@ void gemm_nt(MatRef C, const ConstMatRef& A, const ConstMatRef& B) {
       const Index len = std::min(k, k0 + depth) - k0;
       const double* a = A.data() + i0 * A.outerStride() + k0;
       Index lda = A.outerStride();
-      if (mb > kNtRows) {  // rows reused by every tile: no cache-set conflicts between them
-        packed.resize(mb, (len + 7) / 8 * 8);
-        for (Index i = 0; i < mb; ++i) std::copy(a + i * lda, a + i * lda + len, &packed(i, 0));
-        a = packed.data();
-        lda = packed.cols();
-      }
+      if (mb > kNtRows) pack_rows(a, lda, mb, len, packed);
       for (Index j = 0; j < nb; j += kNtCols) {
         const Index nr = std::min<Index>(kNtCols, nb - j);
         for (Index i = 0; i < mb; i += kNtRows) {
@@ -362,18 +368,13 @@ void gemm_nn(MatRef C, const ConstMatRef& A, const ConstMatRef& B) {
   constexpr Index tile_cols = 8 * kNnVecs;
   const Index bi = (m + kNnBlockRows - 1) / kNnBlockRows;
   const Index bj = (n + kNnBlockCols - 1) / kNnBlockCols;
-  for_blocks(bi * bj, go_parallel(m, n, k, bi * bj), [&](Index blk) {
+  for_blocks(bi * bj, go_parallel(m, n, k) && bi * bj > 1, [&](Index blk) {
     const Index i0 = (blk % bi) * kNnBlockRows, j0 = (blk / bi) * kNnBlockCols;
     const Index mb = std::min(kNnBlockRows, m - i0), nb = std::min(kNnBlockCols, n - j0);
-    thread_local Mat packed;  // the block's rows of A, contiguous (as in gemm_nt)
+    thread_local Mat packed;  // the block's rows of A, contiguous
     const double* a = A.data() + i0 * A.outerStride();
     Index lda = A.outerStride();
-    if (mb > kNnRows && lda > k) {
-      packed.resize(mb, k);
-      for (Index i = 0; i < mb; ++i) std::copy(a + i * lda, a + i * lda + k, &packed(i, 0));
-      a = packed.data();
-      lda = k;
-    }
+    if (mb > kNnRows && lda > k) pack_rows(a, lda, mb, k, packed);
     for (Index k0 = 0; k0 < k; k0 += kNnDepth) {
       const Index k1 = std::min(k, k0 + kNnDepth);
       for (Index j = 0; j < nb; j += tile_cols) {
