@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
-#include <omp.h>
 
 #include <sys/wait.h>
 #include <cmath>
@@ -12,18 +11,15 @@
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "support/golden_cases.hpp"
+#include "support/regenerate.hpp"
 
 namespace dsv32 {
 namespace {
 
+using testing::bytes_of;
 using testing::fixture;
 
 namespace fs = std::filesystem;
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
 
 /// A scratch directory per test, removed afterwards.
 class GoldenFiles : public ::testing::Test {
@@ -106,24 +102,14 @@ void set_string_attr(hid_t obj, const char* name, const std::string& value) {
 TEST(Golden, RegeneratedFixturesAreByteIdentical) {
   DSV32_SKIP_UNLESS_BITS_PROMISED();
   const fs::path dir = fs::temp_directory_path() / "dsv32-regen";
-  fs::create_directories(dir);
-  int checked = 0;
-  for (const int threads : {1, 2}) {
-    omp_set_num_threads(threads);
-    for (const golden::CaseSpec& spec : golden::registry()) {
-      if (!spec.committed) continue;
-      const golden::GoldenCase committed = golden::read(fixture(spec.name));
-      const std::string out = (dir / (spec.name + ".h5")).string();
-      golden::write(out, golden::generate(spec, committed.generator));
-      EXPECT_TRUE(bytes_of(out) == bytes_of(fixture(spec.name)))
-          << spec.name << " on " << threads << " thread(s): regenerated file differs from the "
-          << "committed fixture (oracle drift?); inspect with: dsv32 diff " << out << " "
-          << fixture(spec.name);
-      ++checked;
-    }
-  }
+  const std::vector<testing::Regeneration> runs =
+      testing::regenerate_committed(DSV32_FIXTURES_DIR, dir);
+  for (const testing::Regeneration& r : runs)
+    EXPECT_TRUE(r.identical) << r.name << " on " << r.threads << " thread(s): regenerated file "
+                             << "differs from the committed fixture (oracle drift?); inspect "
+                             << "with: dsv32 diff " << r.got << " " << r.ref;
   fs::remove_all(dir);
-  EXPECT_GE(checked, 20);
+  EXPECT_GE(runs.size(), 20u);
 }
 
 TEST(Golden, ReadBackEqualsWhatWasGenerated) {
