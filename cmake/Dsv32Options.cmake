@@ -15,7 +15,7 @@ target_compile_options(dsv32_options_common INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
   # No compiler-formed FMAs: results must not depend on the optimisation level (goldens).
   # -fno-trapping-math changes no value (nothing here reads the FP exception flags) and lets
-  # loops that narrow to fp32 vectorize (the emulated mode's bf16 stores, 0.85 -> 0.33 ns each).
+  # loops that narrow to fp32 vectorize (the emulated mode's bf16 stores; docs/DETERMINISM.md).
   $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off -fno-trapping-math>
   # GCC 12 false positives: std::string concatenation (PR 105651), and AVX-512 intrinsics
   # inlined from Eigen (maybe-uninitialized inside avx512fintrin.h).

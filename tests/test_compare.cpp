@@ -140,7 +140,7 @@ TEST(Compare, Fp8CacheAllowsTheCandidatesOwnTileScale) {
 }
 
 TEST(Compare, Fp8CacheStepsUpFromABinadesBottomByItsQuantum) {
-  // GpuPlanStateful (session 7, L = 10, bf16): T0's code 64 (a binade's bottom) against the
+  // GpuPlanStateful (L = 10, bf16): T0's code 64 (a binade's bottom) against the
   // GPU's 72, one code up, the value before quantizing near their midpoint 68. T1's tile amax
   // came out a little larger than T0's, so 64 on T0's scale read 63.9 on the tile scale, whose
   // quantum there (4) is half the step actually taken.
@@ -170,7 +170,7 @@ TEST(Compare, Fp8CacheStepsUpFromABinadesBottomByItsQuantum) {
 }
 
 TEST(Compare, Fp8CacheStepsUpFromABinadesBottomRoundedToFp32) {
-  // GpuPlanProperty (session 12, L = 8 and 14): T0's code 64 against the GPU's 72 (and 2 against
+  // GpuPlanProperty (L = 8 and 14): T0's code 64 against the GPU's 72 (and 2 against
   // 2.25), T1 = T0. T0's values are codes times the tile scale rounded to fp32, so the scale the
   // comparer recovers (amax / 448, amax = fp32(448 s)) can exceed s by up to 2^-24 and 64 s
   // read 64 (1 - 2^-24) on it: the quantum below the binade (4), half the step taken.

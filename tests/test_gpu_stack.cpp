@@ -131,7 +131,7 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 // written, or the next layer's clear race them. So does the arrangement of sessions 11-13
 // (DSV32_GATHER_SIDE=0: sparse_mqa's gather after the join, on the main stream;
 // DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait; DSV32_WQB_LEAD=0;
-// and session 15's DSV32_WEIGHTS_EVICT_FIRST=0: the projections' weights through __ldg).
+// and DSV32_WEIGHTS_EVICT_FIRST=0: the projections' weights through __ldg).
 // `indexer_wq_b` leads (runs on the main stream ahead of `q_b_proj`) exactly where the plan
 // runs `norm_rope_cache` .. `indexer_topk` in one forked stretch: eagerly, or all captured (a
 // plan that captures the host op `indexer_topk` on purpose); not under `narrow` (`indexer_topk`

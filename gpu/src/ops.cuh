@@ -1308,9 +1308,8 @@ __device__ __forceinline__ void unpack16(const uint4& u, float* out) {
 /// A weight's 16 bytes, read once a step. `stream`: through the read-only path, not allocated
 /// in L1, and evict-first in L2 (an L2 cache policy), so that the step's 400 MB of weights
 /// streaming through the 50 MB L2 do not evict what the latency-bound kernels read (the
-/// caches' rows, the activations); else plain __ldg. The values are the same either way.
-/// (session 15 on the H200, the layer at T = 1: 0.144-0.145 ms with this, 0.146-0.147 with
-/// ld.global.cs, 0.153 with __ldg.)
+/// caches' rows, the activations); else plain __ldg. The values are the same either way (the
+/// A/B is in docs/PERFORMANCE.md).
 __device__ __forceinline__ uint4 ld_weight(const uint4* p, bool stream) {
   if (!stream) return __ldg(p);
   unsigned long long policy;
@@ -1354,8 +1353,8 @@ __global__ void __launch_bounds__(kGemvThreads)
       }
   };
   // The first batch is read before waiting on the kernel ahead (weights are constant): blocks
-  // resident while it runs start with it loaded (session 9: layer at T = 1 160.3-160.5 us
-  // against 161.3-161.6 without). Not at 4 rows: 163 registers against 126, 1 block an SM.
+  // resident while it runs start with it loaded. Not at 4 rows: there it costs registers enough
+  // to leave one block an SM.
   constexpr bool kEarly = R <= 3;
   if (kEarly && n0 < n) fetch(v0 + lane);
   stream_order();
@@ -1416,7 +1415,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 /// Needs L / (16 / sizeof(S)) a power of two up to kUkThreads (uk_small_fits). Grid (H),
 /// kUkThreads threads, uk_small_smem bytes of dynamic shared memory. 512 threads: at dsv32
 /// sizes (bf16, L = 512, dn = 128) a slice is 16 rows, so a head's whole 128 KB is read before
-/// the wait, in one round trip (256 threads took two: 9.6 -> 8.7 us at T = 1, session 7).
+/// the wait, in one round trip (256 threads take two).
 constexpr int kUkThreads = 512;
 constexpr int kUkBatch = 16;
 constexpr std::size_t kUkSmemMax = 160 * 1024;  // opted in per kernel (stack.cu)
@@ -1496,11 +1495,9 @@ __global__ void __launch_bounds__(kUkThreads)
 }
 
 /// Whether gemv serves a projection: k in whole 16-byte pieces, rows 16-byte aligned, and a
-/// shape where it beat cuBLAS on the H200 (bench-gpu --per-op, dsv32 sizes): weights of up to
-/// 2^24 values at 1-4 rows (session 4: qkv_a_proj 2.0x, indexer_wk_proj 2.0x, indexer_wq_b 1.6x
-/// faster at T = 1), and every shape at one row (o_proj 1.09x in session 4; q_b_proj since the
-/// loads were batched in session 5: the gemv of session 4 was 1.05-1.3x slower there). Not
-/// o_proj at 2-4 rows (1.1-1.35x slower in session 4).
+/// shape where it beat cuBLAS on the H200 (bench-gpu --per-op, dsv32 sizes; the ratios are in
+/// docs/PERFORMANCE.md): weights of up to 2^24 values at 1-4 rows, and every shape at one row.
+/// Not o_proj at 2-4 rows, where cuBLAS is faster.
 template <class S>
 inline bool gemv_fits(int rows, int n, const void* x, int ldx, const void* w, int k) {
   constexpr int V = 16 / sizeof(S);

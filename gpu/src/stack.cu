@@ -713,8 +713,8 @@ class StackImpl final : public Stack::Impl {
     });
   }
   /// A kernel's name without namespaces, template arguments or parameters ("gemv"), worked out
-  /// once a kernel: the driver's lookup and the demangling took the host about 1.5 us a launch,
-  /// which made an ablation's eager steps host-bound (session 14).
+  /// once a kernel: the driver's lookup and the demangling per launch made an ablation's eager
+  /// steps host-bound (docs/PERFORMANCE.md).
   const std::string& kernel_label(const void* kernel) {
     auto [it, fresh] = kernel_labels_.try_emplace(kernel);
     if (fresh) it->second = demangled_label(kernel);
@@ -900,8 +900,7 @@ class StackImpl final : public Stack::Impl {
   /// form needs (a gemv row does not depend on the row count); else one cuBLAS batched GEMM over
   /// the heads for all T rows (uv_gemm; the no-copy form then copies rows [0, T_a) on). Chosen
   /// by the capture size, so the copy form (T rows) and the no-copy form (T_a rows) run the same
-  /// kernel on the same shape and their shared rows agree bitwise. (Until session 5 a warp per
-  /// output with 2-byte loads served T < 64: 2.2x its floor at T = 1, 10x at T = 8.)
+  /// kernel on the same shape and their shared rows agree bitwise.
   bool uv_gemv(const S* olat) const {
     const k::Dims d = dims();
     return T_ <= k::kGemvMaxRows && k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv(0), d.L);
@@ -966,7 +965,7 @@ class StackImpl final : public Stack::Impl {
              full ? w.ig_k->get() : nullptr, full ? w.ib_k->get() : nullptr, w.index, w.k8->get(),
              w.kscale->get(), clear, topk_->get());
       if (full && use_side()) {  // the indexer's inputs are written
-        if (lead_) {  // indexer_wq_b first, at full bandwidth (docs/DECISIONS.md, "Session 15")
+        if (lead_) {  // indexer_wq_b first, at full bandwidth (docs/GPU.md, "Two streams")
           indexer_wq_b(l, stream_);
           wq_b_led_ = l;
           ++leads_;
