@@ -8,6 +8,7 @@
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
 #include "support/gpu.hpp"
+#include "support/gpu_probes.hpp"
 
 namespace dsv32 {
 namespace {

@@ -26,9 +26,11 @@ using testing::fixture;
 using testing::max_capture;
 
 /// Runs every step of a case on the GPU and judges it; failures carry the replay command.
-std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::string& replay) {
-  const std::vector<StepTrace> got = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
-                                                    boundary::plan_preset("eager", gc.cfg));
+std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::string& replay,
+                                    const gpu::StackOptions& options = {}) {
+  const std::vector<StepTrace> got =
+      gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
+                     boundary::plan_preset("eager", gc.cfg), "", nullptr, options);
   const gpu::Judgement j =
       gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
   std::vector<std::string> bad;
@@ -49,6 +51,23 @@ TEST_P(GpuEager, MatchesTheOracleOnCommittedGolden) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuEager, ::testing::ValuesIn(committed_cases()),
+                         case_test_name);
+
+// indexer_topk's scores on CUDA cores (StackOptions::index_mma off): other score bits than the
+// tensor cores', judged against the oracle the same way.
+class GpuEagerCudaCoreScores : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuEagerCudaCoreScores, MatchesTheOracleOnCommittedGolden) {
+  DSV32_REQUIRE_GPU();
+  const golden::GoldenCase gc = golden::read(fixture(GetParam()));
+  gpu::StackOptions options;
+  options.index_mma = false;
+  const std::vector<std::string> bad = judge_case(
+      gc, "ctest -R 'GpuEagerCudaCoreScores.*" + GetParam() + "' --output-on-failure", options);
+  for (const std::string& b : bad) ADD_FAILURE() << b;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuEagerCudaCoreScores, ::testing::ValuesIn(committed_cases()),
                          case_test_name);
 
 TEST(GpuEagerFull, Dsv32SizesMatchTheOracle) {
@@ -126,37 +145,25 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
 }
 
 // The indexer's stream (docs/GPU.md, "Two streams"): the same steps with the indexer forked onto
-// its own stream and with one stream (DSV32_OVERLAP=0, read when a stack is made) give the same
-// bits under every plan; a missing join would let sparse_mqa read top-k rows still being
-// written, or the next layer's clear race them. So does the arrangement of sessions 11-13
-// (DSV32_GATHER_SIDE=0: sparse_mqa's gather after the join, on the main stream;
-// DSV32_SCORES_EARLY=0: the index scores stage their keys after their wait; DSV32_WQB_LEAD=0;
-// and DSV32_WEIGHTS_EVICT_FIRST=0: the projections' weights through __ldg).
+// its own stream and with one stream (StackOptions::overlap off) give the same bits under every
+// plan; a missing join would let sparse_mqa read top-k rows still being written, or the next
+// layer's clear race them. So do the kernels launched without programmatic dependent launch
+// (pdl off) and the select's radix passes alone (topk_bins off).
 // `indexer_wq_b` leads (runs on the main stream ahead of `q_b_proj`) exactly where the plan
 // runs `norm_rope_cache` .. `indexer_topk` in one forked stretch: eagerly, or all captured (a
 // plan that captures the host op `indexer_topk` on purpose); not under `narrow` (`indexer_topk`
 // eager), nor `narrow` with `q_b_proj` eager.
 TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
   DSV32_REQUIRE_GPU();
-  static constexpr const char* kSwitches[] = {"DSV32_OVERLAP", "DSV32_GATHER_SIDE",
-                                              "DSV32_SCORES_EARLY", "DSV32_WQB_LEAD",
-                                              "DSV32_WEIGHTS_EVICT_FIRST"};
   for (const char* name : {"ctx-around-k", "fs-pattern"}) {
     const golden::GoldenCase gc = golden::read(fixture(name));
     bool indexer = false;
     for (int l = 0; l < gc.cfg.num_layers; ++l) indexer = indexer || gc.cfg.is_full_layer(l);
     ASSERT_TRUE(indexer) << name << " has no F layer";
-    // The steps under `plan` with the switches at `values` (in kSwitches' order), and how often
-    // the stack forked the indexer's stream and led with indexer_wq_b.
-    const auto run = [&](const char* values, const boundary::Plan& plan) {
-      for (std::size_t i = 0; i < std::size(kSwitches); ++i)
-        setenv(kSwitches[i], values[i] == '0' ? "0" : "1", 1);
-      struct Unset {
-        ~Unset() {
-          for (const char* v : kSwitches) unsetenv(v);
-        }
-      } unset;
-      gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
+    // The steps under `plan` with `options`, and how often the stack forked the indexer's
+    // stream and led with indexer_wq_b.
+    const auto run = [&](const gpu::StackOptions& options, const boundary::Plan& plan) {
+      gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc), 0, nullptr, options);
       std::vector<StepTrace> out;
       for (const StepInput& in : gc.steps) out.push_back(stack.run(plan, in));
       return std::tuple{out, stack.indexer_forks(), stack.indexer_leads()};
@@ -176,18 +183,21 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     plans.push_back(all);
     for (const boundary::Plan& p : plans) {
       const std::string& plan = p.name;
-      const auto [one, forks_one, leads_one] = run("01111", p);
-      const auto [two, forks_two, leads_two] = run("11111", p);
-      const auto [before, forks_before, leads_before] = run("10000", p);
-      EXPECT_EQ(leads_before, 0) << name << " under " << plan << ": DSV32_WQB_LEAD=0 led";
+      gpu::StackOptions single, plain;
+      single.overlap = false;
+      plain.pdl = false;
+      plain.topk_bins = false;
+      const auto [one, forks_one, leads_one] = run(single, p);
+      const auto [two, forks_two, leads_two] = run({}, p);
+      const auto [other, forks_other, leads_other] = run(plain, p);
       ASSERT_EQ(one.size(), gc.steps.size());
       EXPECT_EQ(gpu::first_difference(gc.cfg, one, two), "") << name << " under " << plan;
-      EXPECT_EQ(gpu::first_difference(gc.cfg, before, two), "")
-          << name << " under " << plan
-          << ": the gather's stream, the keys' staging, the lead or the weights' loads moved bits";
-      EXPECT_EQ(forks_before, forks_two) << name << " under " << plan;
-      EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 forked";
-      EXPECT_EQ(leads_one, 0) << name << " under " << plan << ": DSV32_OVERLAP=0 led";
+      EXPECT_EQ(gpu::first_difference(gc.cfg, other, two), "")
+          << name << " under " << plan << ": pdl or topk_bins off moved bits";
+      EXPECT_EQ(forks_other, forks_two) << name << " under " << plan;
+      EXPECT_EQ(leads_other, leads_two) << name << " under " << plan;
+      EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": overlap off forked";
+      EXPECT_EQ(leads_one, 0) << name << " under " << plan << ": overlap off led";
       bool leads = !p.capture;
       for (int l = 0; l < gc.cfg.num_layers; ++l) {
         bool stretch = gc.cfg.is_full_layer(l);

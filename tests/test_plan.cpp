@@ -1,6 +1,8 @@
 // Plans and capture sizes as data (BOUNDARIES.md sections 2-3): the CPU-only part of the
-// capture machinery. Built with the GPU library, runs without a GPU.
+// capture machinery; CUDA-free (dsv32::boundary), so it runs everywhere, asan included.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "dsv32/boundary/plan.hpp"
 
@@ -25,6 +27,40 @@ TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
   EXPECT_EQ(boundary::plan_preset("narrow", cfg).ops(cfg, 1).size(),
             10u);  // S layer: no indexer ops
   EXPECT_EQ(boundary::plan_preset("narrow-copy", cfg).ops(cfg, 0).back(), "residual_add");
+}
+
+TEST(PlanOps, EveryNameIsOneOpAndBack) {
+  const auto& names = boundary::op_names();
+  ASSERT_EQ(names.size(), static_cast<std::size_t>(boundary::Op::residual_add) + 1);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const boundary::Op op = boundary::op_of(names[i]);
+    EXPECT_EQ(static_cast<std::size_t>(op), i) << names[i];
+    EXPECT_EQ(boundary::op_name(op), names[i]);
+  }
+  EXPECT_EQ(boundary::op_of("sparse_mqa"), boundary::Op::sparse_mqa);
+  try {
+    boundary::op_of("sparse-mqa");
+    FAIL() << "an op name with a dash was accepted";
+  } catch (const boundary::PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown op 'sparse-mqa'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanMutants, EveryStackMutantHasItsOwnValue) {
+  EXPECT_EQ(boundary::stack_mutant(""), boundary::StackMutant::none);
+  std::vector<boundary::StackMutant> seen;
+  for (const std::string& name : boundary::mutant_names()) {
+    if (boundary::is_plan_mutant(name)) {
+      EXPECT_THROW(boundary::stack_mutant(name), boundary::PlanError) << name;
+      continue;
+    }
+    const boundary::StackMutant m = boundary::stack_mutant(name);
+    EXPECT_NE(m, boundary::StackMutant::none) << name;
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), m), 0) << name << " shares its value";
+    seen.push_back(m);
+  }
+  EXPECT_EQ(seen.size(), 8u);
+  EXPECT_THROW(boundary::stack_mutant("no-such-mutant"), boundary::PlanError);
 }
 
 TEST(CaptureSizes, FollowTheVllmList) {

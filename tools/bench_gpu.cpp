@@ -34,9 +34,33 @@ struct Options {
   std::vector<int> per_op_tokens = {1, 8, 64, 512};
   std::vector<int> tp = {1};
   bool ablate = false;
+  // The stack's switches (gpu::StackOptions), for A/B runs; recorded in every JSON.
+  bool pdl = true, overlap = true, index_mma = true, topk_bins = true;
 };
 
 #if DSV32_HAVE_CUDA
+gpu::StackOptions stack_options(const Options& o) {
+  gpu::StackOptions so;
+  so.pdl = o.pdl;
+  so.overlap = o.overlap;
+  so.index_mma = o.index_mma;
+  so.topk_bins = o.topk_bins;
+  return so;
+}
+
+/// The stack's options as JSON (every benchmark's "options") and as one line of text.
+nlohmann::json options_json(const Options& o) {
+  nlohmann::json j;
+  for (const auto& [name, on] : stack_options(o).fields()) j[name] = on;
+  return j;
+}
+std::string options_text(const Options& o) {
+  std::string t;
+  for (const auto& [name, on] : stack_options(o).fields())
+    t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, on ? "on" : "off");
+  return t;
+}
+
 /// Fills the step's hidden rows (one per token, bf16 values of RNG stream `seed`) and derives it.
 StepInput derived(const Config& cfg, StepInput in, std::uint64_t seed, int num_blocks) {
   int rows = 0;
@@ -131,9 +155,11 @@ int run_per_op(const Options& o) {
              o.repeats, o.per_op_eager ? "launched eagerly" : "captured as one graph",
              gpu::device_summary());
   fmt::print("copy bandwidth {:.0f} GB/s (read + write, measured now): the floor's rate\n", gbs);
+  fmt::print("stack options: {}\n", options_text(o));
   nlohmann::json out{{"context", o.context},
                      {"copy_gbs", gbs},
-                     {"per_op_timing", o.per_op_eager ? "eager" : "graph"}};
+                     {"per_op_timing", o.per_op_eager ? "eager" : "graph"},
+                     {"options", options_json(o)}};
   for (const std::string& name : o.per_op_presets) {
     const Config cfg = one_f_layer(name);
     const Weights w = Weights::generate(cfg, 1);
@@ -148,7 +174,7 @@ int run_per_op(const Options& o) {
       const int blocks = decode ? T * per : per;
       const StepInput in =
           decode ? decode_step(cfg, T, o.context, blocks) : chunk_step(cfg, T, o.context, blocks);
-      gpu::Stack stack(cfg, w, blocks, T);
+      gpu::Stack stack(cfg, w, blocks, T, 0, nullptr, stack_options(o));
       stack.synthesize_context(in);
       times[T] = stack.time_ops(in, o.repeats, !o.per_op_eager);
       layer_ms[T] = stack.time_step(boundary::plan_preset("eager", cfg), in, o.repeats);
@@ -211,13 +237,17 @@ int run_ablate(const Options& o) {
       "bench-gpu --ablate: one F layer of {} (H = {}), context {}, {} timed replays per "
       "cell, {}\n",
       o.preset, cfg.num_heads, o.context, o.repeats, gpu::device_summary());
-  nlohmann::json out{{"preset", o.preset}, {"context", o.context}, {"repeats", o.repeats}};
+  fmt::print("stack options: {}\n", options_text(o));
+  nlohmann::json out{{"preset", o.preset},
+                     {"context", o.context},
+                     {"repeats", o.repeats},
+                     {"options", options_json(o)}};
   const boundary::Plan eager = boundary::plan_preset("eager", cfg),
                        narrow = boundary::plan_preset("narrow", cfg);
   for (int T : o.decode) {
     const int blocks = T * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
     const StepInput in = decode_step(cfg, T, o.context, blocks);
-    gpu::Stack stack(cfg, w, blocks, T);
+    gpu::Stack stack(cfg, w, blocks, T, 0, nullptr, stack_options(o));
     stack.synthesize_context(in);
     std::vector<std::string> labels;
     for (const std::string& l : stack.launch_labels(in))
@@ -315,7 +345,9 @@ int run(const Options& o) {
   const int blocks = max_batch * per;
   fmt::print("bench-gpu: {} ({} layers), context {}, {} timed replays per cell, {}\n", o.preset,
              o.layers, o.context, o.repeats, gpu::device_summary());
+  fmt::print("stack options: {}\n", options_text(o));
   nlohmann::json out;
+  out["options"] = options_json(o);
   out["preset"] = o.preset;
   out["layers"] = o.layers;
   out["context"] = o.context;
@@ -326,7 +358,7 @@ int run(const Options& o) {
       out["not_run"][std::to_string(tp)] = why;
       continue;
     }
-    gpu::TpGroup group(cfg, w, tp, blocks, max_batch);
+    gpu::TpGroup group(cfg, w, tp, blocks, max_batch, stack_options(o));
     std::string head = fmt::format("tp {} ({} heads a GPU)\n{:>6}", tp, cfg.num_heads / tp, "T");
     for (const std::string& p : boundary::plan_names()) head += fmt::format(" {:>16}", p);
     fmt::print("{}\n", head);
@@ -386,6 +418,15 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
                 "What each launch of one F layer of --preset costs the step: the layer timed "
                 "(eager and narrow) with each launch left out in turn, at --decode sizes and "
                 "--context (the results are wrong by design; only the time counts)");
+  for (auto [flag, value, what] :
+       {std::tuple{"--pdl", &o->pdl, "Programmatic dependent launch of the ops' kernels"},
+        std::tuple{"--overlap", &o->overlap, "Each F layer's indexer on a second stream"},
+        std::tuple{"--index-mma", &o->index_mma,
+                   "indexer_topk's scores on tensor cores where the shapes fit"},
+        std::tuple{"--topk-bins", &o->topk_bins,
+                   "indexer_topk's select with value bins ahead of the radix passes"}})
+    sub->add_option(flag, *value, std::string(what) + " (A/B timing: on or off)")
+        ->default_str("on");
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

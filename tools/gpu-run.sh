@@ -66,9 +66,9 @@ logged "$out/bench-gpu-per-op-decode.log" ./build/gpu/tools/dsv32 bench-gpu --pe
   --json "$out/bench-gpu-per-op-decode.json"
 # The same decode table with each layer's indexer on the main stream (docs/GPU.md, "Two
 # streams"): what the second stream saves, in the same run.
-logged "$out/bench-gpu-per-op-decode-one-stream.log" env DSV32_OVERLAP=0 \
-  ./build/gpu/tools/dsv32 bench-gpu --per-op --per-op-presets dsv32 --per-op-tokens 1 2 4 8 \
-  --context 8192 --repeats 10 --json "$out/bench-gpu-per-op-decode-one-stream.json"
+logged "$out/bench-gpu-per-op-decode-one-stream.log" ./build/gpu/tools/dsv32 bench-gpu --per-op \
+  --overlap off --per-op-presets dsv32 --per-op-tokens 1 2 4 8 --context 8192 --repeats 10 \
+  --json "$out/bench-gpu-per-op-decode-one-stream.json"
 logged "$out/bench-gpu-ablate.log" ./build/gpu/tools/dsv32 bench-gpu --ablate --preset dsv32 \
   --decode 1 --context 8192 --repeats 10 --json "$out/bench-gpu-ablate.json"
 grep -hE "tests passed|tests failed" "$out"/ctest-*.log

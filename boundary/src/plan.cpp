@@ -23,6 +23,17 @@ bool is_host_op(std::string_view op) {
   return op == "indexer_topk" || op == "sparse_mqa" || op == "uv_proj" || op == "latent_copy";
 }
 
+const std::string& op_name(Op op) {
+  return op_names().at(static_cast<std::size_t>(op));
+}
+
+Op op_of(std::string_view name) {
+  const auto& names = op_names();
+  const auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end()) throw PlanError("unknown op '" + std::string(name) + "'");
+  return static_cast<Op>(it - names.begin());
+}
+
 std::vector<std::string> Plan::ops(const Config& cfg, int layer) const {
   std::vector<std::string> out;
   for (const std::string& op : op_names()) {
@@ -83,6 +94,23 @@ const std::vector<std::string>& mutant_names() {
 
 bool is_plan_mutant(std::string_view mutant) {
   return mutant == "capture-host-op" || mutant == "uv-captured-nocopy";
+}
+
+StackMutant stack_mutant(std::string_view name) {
+  static const std::pair<const char*, StackMutant> kStack[] = {
+      {"fresh-output", StackMutant::fresh_output},
+      {"baked-short-prefill", StackMutant::baked_short_prefill},
+      {"shared-layer-clears", StackMutant::shared_layer_clears},
+      {"no-topk-clear", StackMutant::no_topk_clear},
+      {"double-rope", StackMutant::double_rope},
+      {"padded-cache-write", StackMutant::padded_cache_write},
+      {"stale-positions", StackMutant::stale_positions},
+      {"unjoined-stream", StackMutant::unjoined_stream}};
+  if (name.empty()) return StackMutant::none;
+  for (const auto& [n, m] : kStack)
+    if (name == n) return m;
+  throw PlanError("'" + std::string(name) +
+                  "' is not a stack mutant (plan mutants go through boundary::mutate_plan)");
 }
 
 Plan mutate_plan(const Plan& plan, std::string_view mutant) {

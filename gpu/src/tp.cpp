@@ -199,7 +199,8 @@ struct TpGroup::Impl {
   }
 };
 
-TpGroup::TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens)
+TpGroup::TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens,
+                 const StackOptions& options)
     : impl_(std::make_unique<Impl>()) {
   const Config shard = cfg.tp_shard(tp);  // ConfigError unless tp divides the heads
   weights.check_shapes(cfg);
@@ -231,7 +232,7 @@ TpGroup::TpGroup(const Config& cfg, const Weights& weights, int tp, int num_bloc
 #if DSV32_HAVE_NCCL
     if (tp > 1) gather = &m.gathers[r];
 #endif
-    m.stacks[r] = std::make_unique<Stack>(shard, w, num_blocks, max_tokens, r, gather);
+    m.stacks[r] = std::make_unique<Stack>(shard, w, num_blocks, max_tokens, r, gather, options);
   });
 }
 

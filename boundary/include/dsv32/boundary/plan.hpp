@@ -25,6 +25,29 @@ const std::vector<std::string>& op_names();
 /// Class H ops: host metadata or a backend-owned output decide their launch.
 bool is_host_op(std::string_view op);
 
+/// The ops of op_names() as a type, in the same order.
+enum class Op {
+  input_norm,
+  qkv_a_proj,
+  indexer_wk_proj,
+  norm_rope_cache,
+  q_b_proj,
+  uk_absorb,
+  indexer_wq_b,
+  fused_q,
+  indexer_topk,
+  sparse_mqa,
+  uv_proj,
+  latent_copy,
+  uv_proj_static,
+  o_proj,
+  residual_add,
+};
+/// BOUNDARIES.md's name of `op`.
+const std::string& op_name(Op op);
+/// The op named `name`; throws PlanError for a name that is no op.
+Op op_of(std::string_view name);
+
 struct Plan {
   std::string name;
   bool capture = true;              // false: the `eager` baseline, no capture machinery at all
@@ -47,6 +70,21 @@ Plan plan_preset(std::string_view name, const Config& cfg);
 /// GPU stack (`Stack::set_mutant`).
 const std::vector<std::string>& mutant_names();
 bool is_plan_mutant(std::string_view mutant);
+/// The stack mutants of mutant_names() as a type; `none` runs the stack as it should.
+enum class StackMutant {
+  none,
+  fresh_output,
+  baked_short_prefill,
+  shared_layer_clears,
+  no_topk_clear,
+  double_rope,
+  padded_cache_write,
+  stale_positions,
+  unjoined_stream,
+};
+/// The stack mutant named `name` ("": none); throws PlanError for a plan mutant or a name that
+/// is no mutant.
+StackMutant stack_mutant(std::string_view name);
 /// `plan` with a plan mutant applied (`capture-host-op`: sparse_mqa captured in every layer;
 /// `uv-captured-nocopy`: uv_proj captured, no-copy form); other names return it unchanged.
 /// Throws PlanError for an unknown name or a plan that captures nothing.

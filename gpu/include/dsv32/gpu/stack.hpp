@@ -27,6 +27,18 @@ class RankGather {
   virtual void all_gather(const void* send, void* recv, std::size_t bytes, void* stream) = 0;
 };
 
+/// Switches of the stack's kernels and streams, passed in by the caller (tools take them as
+/// flags and record them in every benchmark's JSON; docs/GPU.md). None changes a result's
+/// bits except `index_mma`, whose scores stay within the bound top-k judging allows.
+struct StackOptions {
+  bool pdl = true;        // programmatic dependent launch of the ops' kernels
+  bool overlap = true;    // an F layer's indexer on a second stream (docs/GPU.md, "Two streams")
+  bool index_mma = true;  // indexer_topk's scores on tensor cores where the shapes fit
+  bool topk_bins = true;  // indexer_topk's select with value bins ahead of the radix passes
+  /// (name, value) of every option, in a fixed order: what benchmarks and logs record.
+  std::vector<std::pair<std::string, bool>> fields() const;
+};
+
 /// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
 /// tensor, allocated once for capture sizes up to `max_tokens`.
 class Stack {
@@ -36,7 +48,7 @@ class Stack {
   /// writes this rank's partial sum, gathers every rank's and adds them in rank order, so `y`
   /// and the residual stream are the group's. `gather` must outlive the stack.
   Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_tokens, int device = 0,
-        RankGather* gather = nullptr);
+        RankGather* gather = nullptr, const StackOptions& options = {});
   ~Stack();
   Stack(const Stack&) = delete;
   Stack& operator=(const Stack&) = delete;
@@ -62,8 +74,8 @@ class Stack {
   /// Captures held: one per (plan name, capture size), reused by every later step of that size.
   int capture_count() const;
   /// How many times an F layer's indexer has been forked onto its own stream since construction,
-  /// by eager steps and into captures (a capture's eager warm-up not counted); 0 with
-  /// DSV32_OVERLAP=0 (docs/GPU.md, "Two streams").
+  /// by eager steps and into captures (a capture's eager warm-up not counted); 0 without
+  /// StackOptions::overlap (docs/GPU.md, "Two streams").
   int indexer_forks() const;
   /// How many of those forks launched the layer's `indexer_wq_b` on the main stream just before
   /// forking, ahead of `q_b_proj` (where the plan keeps `norm_rope_cache` .. `indexer_topk` in
@@ -81,6 +93,7 @@ class Stack {
   /// tensor-parallel gather. A layer's launches repeat for every layer under the same labels.
   std::vector<std::string> launch_labels(const StepInput& in);
   const Config& config() const;
+  const StackOptions& options() const;
   /// Fills the cache entries of positions [0, ctx) of every request of `in` with deterministic
   /// pseudo-random values (benchmarks: long contexts without running their prefill).
   void synthesize_context(const StepInput& in);
@@ -102,7 +115,7 @@ class Stack {
   /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
   std::vector<double> residual(int T);
 
-  struct Impl;  // defined in stack.cu, per storage type
+  struct Impl;  // gpu/src/stack/impl.cuh, per storage type
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -113,6 +126,7 @@ class Stack {
 /// end. What the plan tests, the mutant tests and bisect all run.
 std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int num_blocks,
                                  const std::vector<StepInput>& steps, const boundary::Plan& plan,
-                                 const std::string& mutant = "", int* captures = nullptr);
+                                 const std::string& mutant = "", int* captures = nullptr,
+                                 const StackOptions& options = {});
 
 }  // namespace dsv32::gpu

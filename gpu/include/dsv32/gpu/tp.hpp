@@ -42,7 +42,8 @@ class TpGroup {
   /// NVLink multicast off (NCCL_NVLS_ENABLE=0, set here whatever the environment says) and
   /// its connections made when the group is built (NCCL_RUNTIME_CONNECT=0 unless set), so that
   /// nothing is allocated while a rank's stream is captured.
-  TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens);
+  TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens,
+          const StackOptions& options = {});
   ~TpGroup();
   TpGroup(const TpGroup&) = delete;
   TpGroup& operator=(const TpGroup&) = delete;

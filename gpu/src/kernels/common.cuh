@@ -1,5 +1,5 @@
-// Device kernels of the stack. Every reduction runs in a fixed order (shuffle trees, sequential
-// loops): no result depends on atomic order or scheduling, so plans can compare bitwise.
+// Device helpers every kernel family shares. Every reduction runs in a fixed order (shuffle trees,
+// sequential loops): no result depends on atomic order or scheduling, so plans can compare bitwise.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,44 +20,10 @@ using bf16 = __nv_bfloat16;
 /// kernel keeps the stream's order transitive (a kernel cannot complete before its
 /// predecessor); only the launch latency overlaps. A no-op without a programmatic dependency
 /// and below sm_90.
-#ifdef DSV32_TIMELINE
-/// Development builds only (-DDSV32_TIMELINE): each block of the stack's kernels records when
-/// it became resident and when its wait returned (globaltimer), its SM and its launch (gridid).
-struct TimelineRecord {
-  unsigned long long grid, resident, start;
-  unsigned int sm, block, blocks, threads;
-};
-constexpr unsigned int kTimelineMax = 1u << 16;
-__device__ TimelineRecord g_timeline[kTimelineMax];
-__device__ unsigned int g_timeline_n;
-#endif
-
 __device__ __forceinline__ void stream_order() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#ifdef DSV32_TIMELINE
-  unsigned long long t0 = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-#endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#ifdef DSV32_TIMELINE
-  if (threadIdx.x == 0 && threadIdx.y == 0) {
-    unsigned long long t1 = 0, g = 0;
-    unsigned int sm = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-    asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    const unsigned int i = atomicAdd(&g_timeline_n, 1u);
-    if (i < kTimelineMax)
-      g_timeline[i] = {g,
-                       t0,
-                       t1,
-                       sm,
-                       blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
-                       gridDim.x * gridDim.y * gridDim.z,
-                       blockDim.x * blockDim.y * blockDim.z};
-  }
-#endif
 #endif
 }
 
@@ -124,6 +90,31 @@ __device__ __forceinline__ int ue8m0_exponent(float amax) {
   int e = k - 10;
   while (ldexpf(448.f, e) < a) ++e;
   return e;
+}
+
+/// Inclusive prefix sum over the lanes of a warp (a fixed shuffle sequence).
+__device__ __forceinline__ int warp_inclusive_scan(int v) {
+  const int lane = threadIdx.x % 32;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += u;
+  }
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) {
+  const float x = a, y = b;
+  a = x * c - y * s;
+  b = x * s + y * c;
 }
 
 }  // namespace dsv32::gpu::k

@@ -1,0 +1,55 @@
+// The parameter structs every op's kernels take by value, and the cache addressing they share.
+#pragma once
+
+#include "common.cuh"
+
+namespace dsv32::gpu::k {
+
+/// Geometry the kernels need, copied by value into every launch.
+struct Dims {
+  int T, D, H, Rq, L, dn, dr, dv, HI, dI, K, B;
+  int max_blocks;  // columns of the block table
+  float eps, ieps, sigma, head_norm;
+  bool neox, hadamard, fp8_kv;
+  int tiles;  // fp8_ds_mla tiles of the latent
+};
+
+/// Device pointers of the step metadata.
+struct Meta {
+  const int* positions;         // (T), padded rows 0
+  const long long* slots;       // (T), padded rows -1
+  const int* request_of_token;  // (T_a)
+  const int* block_table;       // (R, max_blocks)
+  const float* rope_cos;        // (positions, dr/2)
+  const float* rope_sin;
+};
+
+/// The MLA latent cache: S values, or fp8_ds_mla codes + tile scales; rope part in S.
+template <class S>
+struct KvCache {
+  S* latent;            // (slots, L) when not fp8
+  std::uint8_t* codes;  // (slots, L) when fp8
+  float* scales;        // (slots, tiles) when fp8
+  S* rope;              // (slots, dr)
+};
+
+struct IndexCache {
+  std::uint8_t* codes;  // (slots, dI)
+  float* scales;        // (slots)
+};
+
+/// The cache slot of position `pos` of request r (its block table row).
+__device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r, int pos) {
+  return static_cast<long long>(m.block_table[r * d.max_blocks + pos / d.B]) * d.B + pos % d.B;
+}
+
+/// One latent value read back from the cache (fp8: code * scale in fp32, then S).
+template <class S>
+__device__ __forceinline__ float latent_at(const Dims& d, const KvCache<S>& cache, long long slot,
+                                           int i) {
+  if (!d.fp8_kv) return ld(cache.latent[slot * d.L + i]);
+  return rnd<S>(e4m3_to_float(cache.codes[slot * d.L + i]) *
+                cache.scales[slot * d.tiles + i / 128]);
+}
+
+}  // namespace dsv32::gpu::k

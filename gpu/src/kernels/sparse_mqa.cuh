@@ -1,0 +1,26 @@
+// sparse_mqa's kernels: the selected keys gathered from the paged cache, the softmax, and the
+// finish; the two products between them run through cuBLAS (ops/attention.cu).
+#pragma once
+
+#include "launch.cuh"
+#include "params.cuh"
+
+namespace dsv32::gpu::k {
+
+/// keys[t, k, :] = [c; kR] of each of rows tokens' K selected positions (zeros for -1), the
+/// sets also into topk_trace. `vec`: plain cache rows move in 16-byte pieces.
+template <class S>
+void launch_mqa_gather(const Launch& go, const Dims& d, const Meta& m, int rows, KvCache<S> cache,
+                       const int* topk, S* keys, bool vec, int* topk_trace);
+/// P = S(exp(z - max)) per (token, head) over the selected entries, and each row's max and sum.
+template <class S>
+void launch_mqa_softmax(const Launch& go, const Dims& d, int rows, const int* topk, const float* z,
+                        S* p, float* ml);
+/// olat = S(acc / l) (also into olat_trace) and lse = m + log l.
+template <class S>
+void launch_mqa_finish(const Launch& go, const Dims& d, int rows, const float* acc, const float* ml,
+                       S* olat, S* olat_trace, float* lse);
+/// A busy wait of `cycles` clock cycles on `stream` (mutant unjoined-stream: a slow backend).
+void launch_spin(cudaStream_t stream, long long cycles);
+
+}  // namespace dsv32::gpu::k

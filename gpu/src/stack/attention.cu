@@ -1,0 +1,170 @@
+// The layer's H ops (BOUNDARIES.md): indexer_topk's selection, the sparse_mqa backend and
+// uv_proj in both forms.
+#include "../kernels/gemv.cuh"
+#include "../kernels/index_scores.cuh"
+#include "../kernels/sparse_mqa.cuh"
+#include "../kernels/topk_select.cuh"
+#include "blas.cuh"
+#include "impl.cuh"
+
+namespace dsv32::gpu::stack {
+
+template <class S>
+void StackImpl<S>::indexer_topk(int l) {
+  LayerDev<S>& w = layers_[l];
+  const k::Dims d = dims();
+  const k::Meta m = meta();
+  // Short-prefill shortcut: when every context fits in K the sets are 0..p and the scores are
+  // not needed (topk_select then takes its short path on every row, bit for bit). The mutant
+  // decides it once, at capture, and replays that decision.
+  bool shortcut = longest_ <= d.K;
+  if (mutant_ == Mutant::baked_short_prefill) {
+    if (in_capture_)
+      baked_short_[l] = shortcut;
+    else if (const auto it = baked_short_.find(l); it != baked_short_.end())
+      shortcut = it->second;
+  }
+  const k::Launch launch = go("indexer_topk", indexer_stream());
+  if (Ta_ == 0) return;
+  if (!shortcut)
+    k::launch_index_scores(
+        launch, k::choose_index_scores(d, Ta_, longest_, sms_, options.index_mma), d, m,
+        w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, Ta_, longest_);
+  k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, Ta_,
+                        topk_->get());
+}
+
+template <class S>
+void StackImpl<S>::sparse_mqa(int l) {
+  LayerDev<S>& w = layers_[l];
+  const k::Dims d = dims();
+  const int Ta = Ta_, H = d.H, L = d.L;
+  // The backend returns its output in a buffer it owns; the address rotates call to call.
+  S* olat = ring_[ring_next_]->get();
+  ring_next_ = (ring_next_ + 1) % ring_.size();
+  backend_olat_ = olat;
+  if (mutant_ == Mutant::unjoined_stream && eager_segment_)  // a slow backend: the race is certain
+    k::launch_spin(stream_, 2'000'000);
+  // The gather reads only the top-k rows and the cache (written before the fork): with the
+  // indexer's stream still open it runs there, after the select, and the join follows it.
+  if (Ta > 0)
+    k::launch_mqa_gather(go("sparse_mqa", forked_ ? aux_ : stream_), d, meta(), Ta, w.kv,
+                         topk_->get(), mqa_keys_->get(),
+                         (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
+                         w.topk_trace->get());
+  join_side();  // the gathered keys (a no-op when never forked)
+  if (Ta == 0) return;
+  // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr (cuBLAS is
+  // column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major view and qpack_t a
+  // W x H one).
+  const int W = L + d.dr;
+  const long long HK = static_cast<long long>(H) * d.K;
+  const float sigma = d.sigma, one = 1.f, zero = 0.f;
+  const S* keys = mqa_keys_->get();
+  const auto batched = [&](cublasOperation_t ta, int rows, int cols, int depth, const float* alpha,
+                           const S* a, int lda, long long sa, const S* b, int ldb, long long sb,
+                           const float* beta, float* c, int ldc, long long sc, const char* what) {
+    if (bypass_blas("sparse_mqa", what)) return;
+    check_blas(
+        cublasGemmStridedBatchedEx(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
+                                   cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb, beta, c,
+                                   CUDA_R_32F, ldc, sc, Ta, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+        what);
+  };
+  const long long key_stride = static_cast<long long>(d.K) * W;
+  batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,
+          static_cast<long long>(H) * W, &zero, mqa_z_->get(), d.K, HK, "sparse_mqa scores");
+  k::launch_mqa_softmax(go("sparse_mqa"), d, Ta, topk_->get(), mqa_z_->get(), mqa_p_->get(),
+                        mqa_ml_->get());
+  // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
+  batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
+          mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
+  // The gather and the finish also write the trace copies (not part of the op's contract):
+  // this layer's sets and latent.
+  k::launch_mqa_finish(go("sparse_mqa"), d, Ta, mqa_acc_->get(), mqa_ml_->get(), olat,
+                       w.olat_trace->get(), w.lse->get());
+}
+
+/// The no-copy form: backend rows [0, T_a) into o.
+template <class S>
+void StackImpl<S>::uv_proj(int l) {
+  LayerDev<S>& w = layers_[l];
+  const int Ta = Ta_, H = cfg.num_heads, dv = cfg.v_head_dim;
+  S* out = w.o->get();
+  if (mutant_ == Mutant::fresh_output) {  // a new buffer every call, handed on by pointer
+    fresh_.push_back(detail::zeros<S>(static_cast<std::size_t>(max_tokens_) * H * dv));
+    out = fresh_.back()->get();
+  }
+  o_ptr_[l] = out;
+  // Mutant: an eager segment's op on a side stream, joined with nothing.
+  const cudaStream_t s = mutant_ == Mutant::unjoined_stream && eager_segment_ ? side_ : stream_;
+  if (Ta == 0) return;
+  if (uv_gemv(backend_olat_)) {
+    uv_small(l, Ta, backend_olat_, out, s, "uv_proj");
+    return;
+  }
+  uv_gemm(l, backend_olat_, uv_rows_->get(), s, "uv_proj");  // all T rows into the scratch
+  check(cudaMemcpyAsync(out, uv_rows_->get(), static_cast<std::size_t>(Ta) * H * dv * sizeof(S),
+                        cudaMemcpyDeviceToDevice, s),
+        "uv_proj");
+}
+
+/// The copy form's product: all T rows of the static latent.
+template <class S>
+void StackImpl<S>::uv_proj_static(int l) {
+  LayerDev<S>& w = layers_[l];
+  if (uv_gemv(w.olat_static->get()))
+    uv_small(l, T_, w.olat_static->get(), w.o->get(), stream_, "uv_proj_static");
+  else
+    uv_gemm(l, w.olat_static->get(), w.o->get(), stream_, "uv_proj_static");
+}
+
+/// uv_proj's product o[t, h, :] = olat[t, h, :] W_UV[h]^T. Up to capture size k::kGemvMaxRows
+/// (16-byte aligned rows) a batched k::gemv over the heads, over the rows the form needs (a gemv
+/// row does not depend on the row count); else one cuBLAS batched GEMM over the heads for all T
+/// rows (uv_gemm; the no-copy form then copies rows [0, T_a) on). Chosen by the capture size, so
+/// the copy form (T rows) and the no-copy form (T_a rows) run the same kernel on the same shape
+/// and their shared rows agree bitwise.
+template <class S>
+bool StackImpl<S>::uv_gemv(const S* olat) const {
+  const k::Dims d = dims();
+  return T_ <= k::kGemvMaxRows && k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv(0), d.L);
+}
+
+/// W_UV[l][0]: rows dn .. dn + dv of head 0's block of w_kv_b.
+template <class S>
+const S* StackImpl<S>::w_uv(int l) const {
+  return layers_[l].w_kv_b->get() +
+         static_cast<std::size_t>(cfg.qk_nope_head_dim) * cfg.kv_lora_rank;
+}
+
+/// `op`: uv_proj or uv_proj_static (errors and launch labels name it).
+template <class S>
+void StackImpl<S>::uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s,
+                            const char* op) {
+  const k::Dims d = dims();
+  k::launch_gemv(go(op, s), olat, d.H * d.L, d.L, w_uv(l),
+                 static_cast<long long>(d.dn + d.dv) * d.L, out, d.H * d.dv, d.dv, d.H, rows, d.dv,
+                 d.L, sms_);
+}
+
+template <class S>
+void StackImpl<S>::uv_gemm(int l, const S* olat, S* o, cudaStream_t s, const char* op) {
+  const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim, dv = cfg.v_head_dim;
+  if (bypass_blas(op, "batched GEMM")) return;
+  const float one = 1.f, zero = 0.f;
+  if (s != stream_) check_blas(cublasSetStream(blas_, s), "uv_proj stream");
+  // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
+  // ld H L); W_UV[h] is rows dn .. dn + dv of head h's (dn + dv) x L block of w_kv_b.
+  const cublasStatus_t st = cublasGemmStridedBatchedEx(
+      blas_, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one, w_uv(l), cuda_type<S>(), L,
+      static_cast<long long>(dn + dv) * L, olat, cuda_type<S>(), H * L, L, &zero, o, cuda_type<S>(),
+      H * dv, dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT);
+  if (s != stream_) check_blas(cublasSetStream(blas_, stream_), "uv_proj stream");
+  check_blas(st, op);
+}
+
+template class StackImpl<float>;
+template class StackImpl<__nv_bfloat16>;
+
+}  // namespace dsv32::gpu::stack

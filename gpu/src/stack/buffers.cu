@@ -1,0 +1,282 @@
+// The stack's buffers: allocation, the weights' and the step's uploads, the kernels' geometry.
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "../kernels/cache.cuh"
+#include "../kernels/index_scores.cuh"
+#include "../kernels/uk_absorb.cuh"
+#include "impl.cuh"
+
+namespace dsv32::gpu::stack {
+
+using detail::download;
+using detail::from_storage;
+using detail::to_storage;
+using detail::upload;
+using detail::zeros;
+
+void check_blas(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw CudaError(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+}
+
+template <class S>
+StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int max_tokens, int dev,
+                        RankGather* gather, const StackOptions& opt)
+    : num_blocks_(num_blocks), max_tokens_(max_tokens), rope_(c), gather_(gather) {
+  cfg = c;
+  options = opt;
+  device = dev;
+  cfg.validate();
+  w.check_shapes(cfg);
+  if (max_tokens < 1) throw std::invalid_argument("gpu stack: max_tokens must be >= 1");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  // The indexer's stream (streams.cu): the highest priority, so that its latency-bound kernels
+  // get SMs as the projections on the main stream free them.
+  int least = 0, greatest = 0;
+  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  check(cudaStreamCreateWithPriority(&aux_, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
+  check(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming), "cudaEventCreate");
+  // A handle and a fixed workspace per stream: cuBLAS allocates nothing while a stream is
+  // captured, and two products running at once must not share a workspace.
+  for (auto [handle, s, ws] :
+       {std::tuple{&blas_, stream_, &workspace_}, std::tuple{&blas_aux_, aux_, &workspace_aux_}}) {
+    check_blas(cublasCreate(handle), "cublasCreate");
+    check_blas(cublasSetStream(*handle, s), "cublasSetStream");
+    check_blas(cublasSetMathMode(*handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    *ws = zeros<std::uint8_t>(32u << 20);
+    check_blas(cublasSetWorkspace(*handle, (*ws)->get(), 32u << 20), "cublasSetWorkspace");
+  }
+  const long long slots = static_cast<long long>(num_blocks) * cfg.block_size;
+  for (int l = 0; l < cfg.num_layers; ++l) layers_.push_back(make_layer(w.layers[l], l, slots));
+  const std::size_t T = static_cast<std::size_t>(max_tokens);
+  h_ = zeros<S>(T * cfg.hidden_size);
+  topk_ = zeros<int>(T * cfg.index_topk, 0xFF);
+  for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
+  positions_ = zeros<int>(T);
+  positions_snapshot_ = zeros<int>(T);
+  for (auto& ld : layers_) o_ptr_.push_back(ld.o->get());
+  slots_ = zeros<long long>(T);
+  request_of_token_ = zeros<int>(T);
+  max_blocks_ = num_blocks;  // a request can own at most every block
+  block_table_ = zeros<int>(T * static_cast<std::size_t>(max_blocks_), 0xFF);
+  max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
+  scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
+  grow_rope(max_len_);
+  // sparse_mqa: the gathered keys, scores, P (S), P.V in fp32, each row's max and sum.
+  const std::size_t HK = static_cast<std::size_t>(cfg.num_heads) * cfg.index_topk;
+  mqa_keys_ = zeros<S>(T * cfg.index_topk *
+                       static_cast<std::size_t>(cfg.kv_lora_rank + cfg.qk_rope_head_dim));
+  mqa_z_ = zeros<float>(T * HK);
+  mqa_p_ = zeros<S>(T * HK);
+  mqa_acc_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
+  mqa_ml_ = zeros<float>(T * cfg.num_heads * 2);
+  uv_rows_ = zeros<S>(T * cfg.num_heads * static_cast<std::size_t>(cfg.v_head_dim));
+  if (gather_) {  // o_proj's partial rows and every rank's, gathered
+    ypart_ = zeros<S>(T * cfg.hidden_size);
+    parts_ = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));
+  }
+  T_ = 1;
+  check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute");
+  k::allow_index_scores_smem(dims());
+  k::allow_uk_small_smem<S>();
+  check(cudaDeviceSynchronize(), "stack setup");
+}
+
+template <class S>
+StackImpl<S>::~StackImpl() {
+  captures_.clear();
+  if (side_) cudaStreamDestroy(side_);
+  cublasDestroy(blas_aux_);
+  cublasDestroy(blas_);
+  cudaEventDestroy(join_ev_);
+  cudaEventDestroy(fork_ev_);
+  cudaStreamDestroy(aux_);
+  cudaStreamDestroy(stream_);
+}
+
+template <class S>
+void StackImpl<S>::synthesize_context(const StepInput& in) {
+  const k::Dims d = dims();
+  for (const RequestStep& r : in.requests) {
+    if (r.ctx == 0) continue;
+    const auto table = upload(r.block_table, "synthesize");
+    for (int l = 0; l < cfg.num_layers; ++l)
+      k::launch_synthesize<S>({stream_, "synthesize"}, d, table->get(), r.ctx, layers_[l].kv,
+                              layers_[l].index, cfg.is_full_layer(l));
+    check(cudaStreamSynchronize(stream_), "synthesize");
+  }
+}
+
+template <class S>
+std::vector<double> StackImpl<S>::residual(int T) {
+  const std::vector<S> host = download(h_->get(), static_cast<std::size_t>(T) * cfg.hidden_size);
+  std::vector<double> out(host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) out[i] = from_storage(host[i]);
+  return out;
+}
+
+template <class S>
+LayerDev<S> StackImpl<S>::make_layer(const LayerWeights& w, int l, long long slots) {
+  LayerDev<S> ld;
+  const auto up = [](const auto& m) {
+    return upload<S>(m.data(), static_cast<std::size_t>(m.size()));
+  };
+  ld.w_qkv_a = up(w.w_qkv_a);
+  ld.g_q = up(w.g_q);
+  ld.g_kv = up(w.g_kv);
+  ld.w_q_b = up(w.w_q_b);
+  ld.w_kv_b = up(w.w_kv_b);
+  ld.w_o = up(w.w_o);
+  ld.g_in = up(w.g_in);
+  const int L = cfg.kv_lora_rank, dr = cfg.qk_rope_head_dim, H = cfg.num_heads;
+  const int HI = cfg.index_n_heads, dI = cfg.index_head_dim;
+  if (cfg.kv_cache == KvCache::fp8_ds_mla) {
+    ld.owned_bytes.push_back(zeros<std::uint8_t>(slots * L));
+    ld.kv.codes = ld.owned_bytes.back()->get();
+    ld.owned_floats.push_back(zeros<float>(slots * tiles()));
+    ld.kv.scales = ld.owned_floats.back()->get();
+  } else {
+    ld.owned_s.push_back(zeros<S>(slots * L, 0xFF));  // NaN-poisoned: a wrong read shows up
+    ld.kv.latent = ld.owned_s.back()->get();
+  }
+  ld.owned_s.push_back(zeros<S>(slots * dr, 0xFF));
+  ld.kv.rope = ld.owned_s.back()->get();
+  if (cfg.is_full_layer(l)) {
+    const IndexerWeights& iw = *w.indexer;
+    ld.iw_q_b = up(iw.w_q_b);
+    Mat kw(iw.w_k.rows() + iw.w_w.rows(), iw.w_k.cols());
+    kw << iw.w_k, iw.w_w;
+    ld.iw_kw = up(kw);
+    ld.ig_k = up(iw.g_k);
+    ld.ib_k = up(iw.b_k);
+    ld.owned_bytes.push_back(zeros<std::uint8_t>(slots * dI, 0x7F));
+    ld.index.codes = ld.owned_bytes.back()->get();
+    ld.owned_floats.push_back(zeros<float>(slots, 0xFF));
+    ld.index.scales = ld.owned_floats.back()->get();
+  }
+  const std::size_t T = static_cast<std::size_t>(max_tokens_);
+  ld.x = zeros<S>(T * cfg.hidden_size);
+  ld.qkv = zeros<S>(T * cfg.qkv_a_rows());
+  ld.q_c = zeros<S>(T * cfg.q_lora_rank);
+  ld.q = zeros<S>(T * H * cfg.qk_head_dim());
+  ld.qpack = zeros<S>(T * H * (L + dr));
+  ld.kR = zeros<S>(T * dr);
+  ld.c_read = zeros<S>(T * L);
+  ld.kw = zeros<S>(T * (dI + HI));
+  ld.qI = zeros<S>(T * HI * dI);
+  ld.o = zeros<S>(T * H * cfg.v_head_dim);
+  ld.y = zeros<S>(T * cfg.hidden_size);
+  ld.olat_static = zeros<S>(T * H * L);
+  ld.olat_trace = zeros<S>(T * H * L);
+  ld.q8 = zeros<std::uint8_t>(T * HI * dI);
+  ld.k8 = zeros<std::uint8_t>(T * dI);
+  ld.qscale = zeros<float>(T * HI);
+  ld.omega = zeros<float>(T * HI);
+  ld.kscale = zeros<float>(T);
+  ld.lse = zeros<float>(T * H);
+  ld.topk_trace = zeros<int>(T * cfg.index_topk);
+  return ld;
+}
+
+template <class S>
+k::Dims StackImpl<S>::dims() const {
+  k::Dims d{};
+  d.T = T_;
+  d.D = cfg.hidden_size;
+  d.H = cfg.num_heads;
+  d.Rq = cfg.q_lora_rank;
+  d.L = cfg.kv_lora_rank;
+  d.dn = cfg.qk_nope_head_dim;
+  d.dr = cfg.qk_rope_head_dim;
+  d.dv = cfg.v_head_dim;
+  d.HI = cfg.index_n_heads;
+  d.dI = cfg.index_head_dim;
+  d.K = cfg.index_topk;
+  d.B = cfg.block_size;
+  d.max_blocks = max_blocks_;
+  d.eps = static_cast<float>(cfg.rms_norm_eps);
+  d.ieps = static_cast<float>(cfg.indexer_norm_eps);
+  d.sigma = static_cast<float>(cfg.softmax_scale());
+  d.head_norm = static_cast<float>(
+      1.0 / std::sqrt(static_cast<double>(cfg.index_head_dim) * cfg.index_n_heads));
+  d.neox = cfg.indexer_rope == IndexerRope::neox;
+  d.hadamard = cfg.hadamard == Hadamard::on;
+  d.fp8_kv = cfg.kv_cache == KvCache::fp8_ds_mla;
+  d.tiles = tiles();
+  return d;
+}
+
+template <class S>
+k::Meta StackImpl<S>::meta() const {
+  // Mutant stale-positions: a graph op reads the positions its capture saw.
+  const int* pos = mutant_ == Mutant::stale_positions && in_graph_ ? positions_snapshot_->get()
+                                                                   : positions_->get();
+  return {pos,
+          slots_->get(),
+          request_of_token_->get(),
+          block_table_->get(),
+          rope_cos_->get(),
+          rope_sin_->get()};
+}
+
+template <class S>
+void StackImpl<S>::upload_step(const StepInput& in) {
+  const int T = in.capture_size;
+  T_ = T;
+  Ta_ = in.num_tokens;
+  std::vector<S> hid(static_cast<std::size_t>(T) * cfg.hidden_size);
+  for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = to_storage<S>(in.hidden.data()[i]);
+  check(cudaMemcpyAsync(h_->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice,
+                        stream_),
+        "upload hidden");
+  std::vector<long long> slots(in.slots.begin(), in.slots.end());
+  if (mutant_ == Mutant::padded_cache_write)  // padded rows mapped to slot 0, not skipped
+    std::replace(slots.begin(), slots.end(), -1LL, 0LL);
+  check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int),
+                        cudaMemcpyHostToDevice, stream_),
+        "upload positions");
+  check(cudaMemcpyAsync(slots_->get(), slots.data(), T * sizeof(long long), cudaMemcpyHostToDevice,
+                        stream_),
+        "upload slots");
+  if (Ta_ > 0)
+    check(cudaMemcpyAsync(request_of_token_->get(), in.request_of_token.data(), Ta_ * sizeof(int),
+                          cudaMemcpyHostToDevice, stream_),
+          "upload request_of_token");
+  std::vector<int> table(in.requests.size() * max_blocks_, -1);
+  int longest = 1;
+  for (std::size_t r = 0; r < in.requests.size(); ++r) {
+    if (in.requests[r].block_table.size() > static_cast<std::size_t>(max_blocks_))
+      throw ScenarioError("gpu stack: a block table is longer than the cache");
+    std::copy(in.requests[r].block_table.begin(), in.requests[r].block_table.end(),
+              table.begin() + r * max_blocks_);
+    longest = std::max(longest, in.requests[r].seq_len());
+  }
+  if (!table.empty())
+    check(cudaMemcpyAsync(block_table_->get(), table.data(), table.size() * sizeof(int),
+                          cudaMemcpyHostToDevice, stream_),
+          "upload block table");
+  longest_ = longest;
+  check(cudaStreamSynchronize(stream_), "upload step");  // host vectors die here
+}
+
+template <class S>
+void StackImpl<S>::grow_rope(int positions) {
+  const int half = cfg.qk_rope_head_dim / 2;
+  std::vector<float> c(static_cast<std::size_t>(positions) * half), s(c.size());
+  for (int p = 0; p < positions; ++p)
+    for (int i = 0; i < half; ++i) {
+      c[static_cast<std::size_t>(p) * half + i] = static_cast<float>(rope_.cos(p, i));
+      s[static_cast<std::size_t>(p) * half + i] = static_cast<float>(rope_.sin(p, i));
+    }
+  rope_cos_ = upload(c, "rope table");
+  rope_sin_ = upload(s, "rope table");
+}
+
+template class StackImpl<float>;
+template class StackImpl<__nv_bfloat16>;
+
+}  // namespace dsv32::gpu::stack
