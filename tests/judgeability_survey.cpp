@@ -7,7 +7,7 @@
 #include <iostream>
 #include <map>
 
-#include "dsv32/gpu/judge.hpp"
+#include "dsv32/judge/judge.hpp"
 #include "support/runs.hpp"
 
 int main() {
@@ -20,7 +20,7 @@ int main() {
     const int blocks = testing::blocks_for(cfg, reqs);
     const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 41));
     const testing::Run run = testing::run_batch(cfg, w, 41, reqs, {});
-    const gpu::Judgement j = gpu::judge(cfg, w, blocks, run.inputs, run.traces);
+    const Judgement j = judge(cfg, w, blocks, run.inputs, run.traces);
     ++cases;
     unjudgeable += j.failures.empty() ? 0 : 1;
     other += static_cast<int>(j.failures.size()) - j.vacuous;

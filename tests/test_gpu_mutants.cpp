@@ -8,8 +8,8 @@
 
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/bisect.hpp"
-#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/judge/judge.hpp"
 #include "support/gpu.hpp"
 #include "support/gpu_runs.hpp"
 
@@ -82,8 +82,8 @@ TEST_P(MutantCaught, TheSuiteFailsAndBisectNamesTheOp) {
   };
   const std::vector<StepTrace> eager = run(boundary::plan_preset("eager", gc.cfg));
   const std::vector<StepTrace> got = run(plan);
-  const bool plan_differs = gpu::first_difference(gc.cfg, eager, got) != "";
-  const bool oracle_fails = !gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, got).failures.empty();
+  const bool plan_differs = first_difference(gc.cfg, eager, got) != "";
+  const bool oracle_fails = !judge(gc.cfg, w, gc.num_blocks, gc.steps, got).failures.empty();
   EXPECT_TRUE(plan_differs || oracle_fails) << e.mutant << " went unnoticed";
 
   const gpu::BisectReport r = gpu::bisect(gc.cfg, w, gc.num_blocks, gc.steps,

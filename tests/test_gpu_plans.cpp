@@ -5,8 +5,9 @@
 #include <set>
 
 #include "dsv32/golden/golden.hpp"
-#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/plan_check.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/judge/judge.hpp"
 #include "dsv32/oracle/compare.hpp"
 #include "support/golden_cases.hpp"
 #include "support/gpu.hpp"

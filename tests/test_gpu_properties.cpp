@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <set>
 
-#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/judge/judge.hpp"
 #include "support/generators.hpp"
 #include "support/gpu.hpp"
 #include "support/gpu_runs.hpp"
@@ -158,7 +158,7 @@ struct StepCommand : Command {
     const StepInput in = sut.builder.step(reqs, T, Poison::nan);
     const StepTrace a = sut.eager.step(in);
     const StepTrace b = sut.planned.run(sut.plan, in);
-    if (const std::string d = gpu::first_difference(sut.cfg, {a}, {b}); !d.empty())
+    if (const std::string d = first_difference(sut.cfg, {a}, {b}); !d.empty())
       RC_FAIL("plan " + sut.plan.name + " differs from eager: " + d);
     RC_ASSERT(sut.planned.capture_count() ==
               static_cast<int>(m.captured.size() + (m.captured.count(T) ? 0 : 1)));
@@ -274,7 +274,7 @@ TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
     if (sut.steps.empty()) return;
     // The oracle as the model of the values: the whole eager run (equal to the plan's bits,
     // checked step by step above) within TESTING.md's gates.
-    const gpu::Judgement j = gpu::judge(cfg, sut.w, sut.num_blocks, sut.steps, sut.traces);
+    const Judgement j = judge(cfg, sut.w, sut.num_blocks, sut.steps, sut.traces);
     RC_ASSERT(j.stages > 0);
     if (!j.failures.empty() && j.vacuous < static_cast<int>(j.failures.size()))
       RC_FAIL(j.failures.front());

@@ -11,8 +11,8 @@
 
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/golden/golden.hpp"
-#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/judge/judge.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "support/golden_cases.hpp"
 #include "support/gpu.hpp"
@@ -31,8 +31,8 @@ std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::str
   const std::vector<StepTrace> got =
       gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
                      boundary::plan_preset("eager", gc.cfg), "", nullptr, options);
-  const gpu::Judgement j =
-      gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
+  const Judgement j =
+      judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
   std::vector<std::string> bad;
   for (const std::string& f : j.failures)
     bad.push_back(gc.case_id + " plan eager " + f + "  (replay: " + replay + ")");
@@ -191,8 +191,8 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       const auto [two, forks_two, leads_two] = run({}, p);
       const auto [other, forks_other, leads_other] = run(plain, p);
       ASSERT_EQ(one.size(), gc.steps.size());
-      EXPECT_EQ(gpu::first_difference(gc.cfg, one, two), "") << name << " under " << plan;
-      EXPECT_EQ(gpu::first_difference(gc.cfg, other, two), "")
+      EXPECT_EQ(first_difference(gc.cfg, one, two), "") << name << " under " << plan;
+      EXPECT_EQ(first_difference(gc.cfg, other, two), "")
           << name << " under " << plan << ": pdl or topk_bins off moved bits";
       EXPECT_EQ(forks_other, forks_two) << name << " under " << plan;
       EXPECT_EQ(leads_other, leads_two) << name << " under " << plan;

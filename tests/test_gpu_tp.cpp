@@ -8,8 +8,8 @@
 #include <algorithm>
 
 #include "dsv32/golden/golden.hpp"
-#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/tp.hpp"
+#include "dsv32/judge/judge.hpp"
 #include "support/golden_cases.hpp"
 #include "support/gpu.hpp"
 #include "support/gpu_runs.hpp"
@@ -33,7 +33,7 @@ TEST(GpuTp, OneRankGivesTheBitsOfAPlainStack) {
     const boundary::Plan p = boundary::plan_preset(plan, gc.cfg);
     const auto plain = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps, p);
     const auto one = gpu::run_steps_tp(gc.cfg, gc.weights, 1, gc.num_blocks, gc.steps, p);
-    EXPECT_EQ(gpu::first_difference(gc.cfg, plain, one), "") << plan;
+    EXPECT_EQ(first_difference(gc.cfg, plain, one), "") << plan;
   }
 }
 
@@ -112,11 +112,11 @@ TEST_P(GpuTpRanks, RanksMergedOutOfOrderFailTheOracle) {
     swapped.push_back(gpu::merge_rank_traces(gc.cfg, ranks));
   }
   const auto w = std::make_shared<const Weights>(gc.weights);
-  EXPECT_TRUE(gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, merged, tp).failures.empty());
-  const gpu::Judgement bad = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, swapped, tp);
+  EXPECT_TRUE(judge(gc.cfg, w, gc.num_blocks, gc.steps, merged, tp).failures.empty());
+  const Judgement bad = judge(gc.cfg, w, gc.num_blocks, gc.steps, swapped, tp);
   ASSERT_FALSE(bad.failures.empty());
   EXPECT_EQ(bad.first_layer, 0);
-  EXPECT_TRUE(gpu::is_head_split_stage(bad.first_stage)) << bad.failures.front();
+  EXPECT_TRUE(is_head_split_stage(bad.first_stage)) << bad.failures.front();
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GpuTpRanks, ::testing::Values(2, 4),
@@ -151,7 +151,7 @@ TEST_P(GpuTpFailure, ARankThatFailsAbortsTheGroupInsteadOfHanging) {
   }
   const std::vector<StepTrace> after =
       gpu::run_steps_tp(gc.cfg, gc.weights, tp, gc.num_blocks, first, eager);
-  EXPECT_EQ(gpu::first_difference(gc.cfg, before, after), "");
+  EXPECT_EQ(first_difference(gc.cfg, before, after), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GpuTpFailure, ::testing::Values(2, 4),

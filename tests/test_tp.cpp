@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "dsv32/golden/golden.hpp"
-#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/tp.hpp"
+#include "dsv32/judge/judge.hpp"
 #include "support/golden_cases.hpp"
 
 namespace dsv32 {
@@ -16,7 +16,7 @@ StepTrace rank_share(const StepTrace& full, int tp, int r) {
   StepTrace out = full;
   for (LayerTrace& lt : out.layers)
     for (Tensor& t : lt.tensors) {
-      if (!gpu::is_head_split_stage(t.name)) continue;
+      if (!is_head_split_stage(t.name)) continue;
       const std::int64_t rows = t.shape[0], per = t.numel() / rows / tp;
       std::vector<double> mine;
       for (std::int64_t i = 0; i < rows; ++i)
@@ -43,7 +43,7 @@ class TpMerge : public ::testing::Test {
 TEST_F(TpMerge, SharesMergeBackToTheWholeTrace) {
   for (int tp : {1, 2, 4}) {
     const StepTrace merged = gpu::merge_rank_traces(gc.cfg, shares(full, tp));
-    EXPECT_EQ(gpu::first_difference(gc.cfg, {full}, {merged}), "") << "tp " << tp;
+    EXPECT_EQ(first_difference(gc.cfg, {full}, {merged}), "") << "tp " << tp;
   }
 }
 

@@ -11,9 +11,9 @@
 #include "version.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
-#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/gpu/tp.hpp"
+#include "dsv32/judge/judge.hpp"
 #endif
 
 namespace dsv32::tools {
@@ -42,8 +42,8 @@ int run(const Options& o) {
     fmt::print(stderr, "\r  {}: step {}/{}", gc.case_id, s + 1, gc.steps.size());
   }
   fmt::print(stderr, "\n");
-  const gpu::Judgement j = gpu::judge(gc.cfg, std::make_shared<const Weights>(gc.weights),
-                                      gc.num_blocks, gc.steps, got, o.tp);
+  const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
+                            gc.steps, got, o.tp);
   fmt::print(
       "dsv32 gpu: case {} plan {} tp {} on {}: {} stages and {} top-k rows judged, {} "
       "failures\n",

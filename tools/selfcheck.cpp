@@ -13,9 +13,10 @@
 #include "version.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
-#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/plan_check.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/gpu/tp.hpp"
+#include "dsv32/judge/judge.hpp"
 #endif
 
 #ifndef DSV32_FIXTURES_DIR
@@ -82,7 +83,7 @@ void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
   const auto w = std::make_shared<const Weights>(gc.weights);
   const std::vector<StepTrace> eager = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
                                                       boundary::plan_preset("eager", gc.cfg));
-  const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+  const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
   rows.push_back(
       {"gpu eager vs oracle (T2 vs T0/T1)", j.failures.empty() && j.stages > 0 ? "pass" : "FAIL",
        j.failures.empty() ? fmt::format("{} stages, {} top-k rows; worst {:.2f} of its gate at {}",
@@ -110,7 +111,7 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
   const auto w = std::make_shared<const Weights>(gc.weights);
   const std::vector<StepTrace> eager = gpu::run_steps_tp(
       gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps, boundary::plan_preset("eager", gc.cfg));
-  const gpu::Judgement j = gpu::judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
+  const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
   if (!j.failures.empty() || j.stages == 0)
     return {what, "FAIL", j.failures.empty() ? "nothing compared" : j.failures.front()};
   const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(

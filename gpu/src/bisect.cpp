@@ -1,103 +1,17 @@
 #include "dsv32/gpu/bisect.hpp"
 
-#include <utility>
-
-#include "dsv32/gpu/judge.hpp"
 #include "dsv32/gpu/stack.hpp"
-#include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32::gpu {
-namespace {
-
-/// The op that produces a trace stage; "residual_add" for the output.
-std::string op_of(const std::string& stage) {
-  return std::string(stage_op(stage));
-}
-
-}  // namespace
-
-std::string BisectReport::summary() const {
-  if (verdict == "none") return "no divergence: the plan gives eager's bits and eager passes";
-  if (verdict == "boundary")
-    return "capturing op '" + op + "' of layer " + std::to_string(layer) +
-           " breaks bitwise equality with eager (first divergence " + where + ")";
-  if (verdict == "eager-segment")
-    return "breakable-eager already differs from eager: first divergence " + where + " (op '" + op +
-           "')";
-  return "eager fails the oracle: first failing stage " + where + " (op '" + op + "')";
-}
 
 BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& weights,
                     int num_blocks, const std::vector<StepInput>& steps, const boundary::Plan& plan,
                     const std::string& mutant,
                     const std::function<void(const std::string&)>& progress) {
-  const boundary::Plan target = mutant.empty() ? plan : boundary::mutate_plan(plan, mutant);
-  const std::string stack_mutant = boundary::is_plan_mutant(mutant) ? "" : mutant;
-  BisectReport rep;
-  const auto run = [&](const boundary::Plan& p, const std::string& what) {
-    std::vector<StepTrace> out = run_steps(cfg, *weights, num_blocks, steps, p, stack_mutant);
-    ++rep.runs;
-    if (progress) progress("run " + std::to_string(rep.runs) + ": " + what);
-    return out;
+  const PlanRunner on_gpu = [&](const boundary::Plan& p, const std::string& stack_mutant) {
+    return run_steps(cfg, *weights, num_blocks, steps, p, stack_mutant);
   };
-  const boundary::Plan eager = boundary::plan_preset("eager", cfg);
-  const std::vector<StepTrace> base = run(eager, "eager");
-  // A data bug: eager itself is wrong. Named by the first stage the oracle rejects.
-  const Judgement j = judge(cfg, weights, num_blocks, steps, base);
-  if (!j.failures.empty()) {
-    rep.verdict = "data";
-    rep.where = Divergence{j.first_step, j.first_layer, j.first_stage, ""}.where();
-    rep.op = op_of(j.first_stage);
-    rep.layer = j.first_layer;
-    rep.detail = j.failures.front();
-    return rep;
-  }
-  const auto differs = [&](const std::vector<StepTrace>& got) {
-    return first_divergence(cfg, base, got);
-  };
-  const Divergence whole = differs(run(target, "plan " + target.name));
-  if (!whole.found()) return rep;
-  // The capture machinery with every op eager.
-  boundary::Plan none = boundary::plan_preset("breakable-eager", cfg);
-  none.copy_form = target.copy_form;
-  none.allow_host_capture = target.allow_host_capture;
-  none.name = "bisect-0";
-  const Divergence d0 = differs(run(none, "breakable-eager"));
-  if (d0.found()) {
-    rep.verdict = "eager-segment";
-    rep.where = d0.where();
-    rep.op = op_of(d0.stage);
-    rep.layer = d0.layer;
-    rep.detail = d0.detail;
-    return rep;
-  }
-  // The target's captured ops in execution order; the shortest prefix that breaks ends in the
-  // culprit (a prefix captures those ops and leaves the rest eager).
-  std::vector<std::pair<int, std::string>> graph_ops;
-  for (int l = 0; l < cfg.num_layers; ++l)
-    for (const std::string& op : target.ops(cfg, l))
-      if (target.at(l, op) == boundary::Placement::graph) graph_ops.emplace_back(l, op);
-  std::size_t lo = 0, hi = graph_ops.size();  // prefix lo is good, prefix hi is bad
-  Divergence bad = whole;
-  while (hi - lo > 1) {
-    const std::size_t mid = (lo + hi) / 2;
-    boundary::Plan p = none;
-    p.name = "bisect-" + std::to_string(mid);
-    for (std::size_t i = 0; i < mid; ++i)
-      p.placement[graph_ops[i].first][graph_ops[i].second] = boundary::Placement::graph;
-    const Divergence d = differs(
-        run(p, std::to_string(mid) + " of " + std::to_string(graph_ops.size()) + " ops captured"));
-    if (d.found())
-      hi = mid, bad = d;
-    else
-      lo = mid;
-  }
-  rep.verdict = "boundary";
-  rep.layer = graph_ops[hi - 1].first;
-  rep.op = graph_ops[hi - 1].second;
-  rep.where = bad.where();
-  rep.detail = bad.detail;
-  return rep;
+  return dsv32::bisect(cfg, weights, num_blocks, steps, plan, mutant, on_gpu, progress);
 }
 
 }  // namespace dsv32::gpu

@@ -9,7 +9,6 @@
 #include <exception>
 #include <functional>
 #include <future>
-#include <set>
 #include <thread>
 #include <utility>
 
@@ -34,11 +33,6 @@ std::string no_tp_reason(int tp) {
     return "tp " + std::to_string(tp) + " needs " + std::to_string(tp) + " GPUs; " +
            std::to_string(count) + " visible";
   return "";
-}
-
-bool is_head_split_stage(const std::string& name) {
-  static const std::set<std::string> split = {"ql", "qR", "olat", "lse", "o"};
-  return split.count(name) != 0;
 }
 
 namespace {

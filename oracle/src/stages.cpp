@@ -12,45 +12,47 @@ using Tail = std::vector<std::int64_t>;
 const std::vector<StageInfo>& stage_table() {
   using S = Storage;
   static const std::vector<StageInfo> table{
-      {"q_c", "norm_rope_cache", false, S::activation,
+      {"q_c", "norm_rope_cache", false, false, S::activation,
        [](const Config& c) -> Tail { return {c.q_lora_rank}; }},
-      {"c", "norm_rope_cache", false, S::activation,
+      {"c", "norm_rope_cache", false, false, S::activation,
        [](const Config& c) -> Tail { return {c.kv_lora_rank}; }},
-      {"kR", "norm_rope_cache", false, S::activation,
+      {"kR", "norm_rope_cache", false, false, S::activation,
        [](const Config& c) -> Tail { return {c.qk_rope_head_dim}; }},
-      {"ql", "uk_absorb", false, S::activation,
+      {"ql", "uk_absorb", false, true, S::activation,
        [](const Config& c) -> Tail {
          return {c.num_heads, c.kv_lora_rank};
        }},
-      {"qR", "fused_q", false, S::activation,
+      {"qR", "fused_q", false, true, S::activation,
        [](const Config& c) -> Tail {
          return {c.num_heads, c.qk_rope_head_dim};
        }},
-      {"qI8", "fused_q", true, S::fp8,
+      {"qI8", "fused_q", true, false, S::fp8,
        [](const Config& c) -> Tail {
          return {c.index_n_heads, c.index_head_dim};
        }},
-      {"qI_scale", "fused_q", true, S::fp32,
+      {"qI_scale", "fused_q", true, false, S::fp32,
        [](const Config& c) -> Tail { return {c.index_n_heads}; }},
-      {"kI8", "norm_rope_cache", true, S::fp8,
+      {"kI8", "norm_rope_cache", true, false, S::fp8,
        [](const Config& c) -> Tail { return {c.index_head_dim}; }},
-      {"kI_scale", "norm_rope_cache", true, S::fp32, [](const Config&) -> Tail { return {}; }},
-      {"omega", "fused_q", true, S::fp32,
+      {"kI_scale", "norm_rope_cache", true, false, S::fp32,
+       [](const Config&) -> Tail { return {}; }},
+      {"omega", "fused_q", true, false, S::fp32,
        [](const Config& c) -> Tail { return {c.index_n_heads}; }},
-      {"topk", "indexer_topk", false, S::int32,
+      {"topk", "indexer_topk", false, false, S::int32,
        [](const Config& c) -> Tail { return {c.index_topk}; }},
-      {"olat", "sparse_mqa", false, S::activation,
+      {"olat", "sparse_mqa", false, true, S::activation,
        [](const Config& c) -> Tail {
          return {c.num_heads, c.kv_lora_rank};
        }},
-      {"lse", "sparse_mqa", false, S::fp32, [](const Config& c) -> Tail { return {c.num_heads}; }},
-      {"o", "uv_proj", false, S::activation,
+      {"lse", "sparse_mqa", false, true, S::fp32,
+       [](const Config& c) -> Tail { return {c.num_heads}; }},
+      {"o", "uv_proj", false, true, S::activation,
        [](const Config& c) -> Tail {
          return {static_cast<std::int64_t>(c.num_heads) * c.v_head_dim};
        }},
-      {"y", "o_proj", false, S::activation,
+      {"y", "o_proj", false, false, S::activation,
        [](const Config& c) -> Tail { return {c.hidden_size}; }},
-      {"output", "residual_add", false, S::activation,
+      {"output", "residual_add", false, false, S::activation,
        [](const Config& c) -> Tail { return {c.hidden_size}; }},
   };
   return table;
@@ -70,6 +72,12 @@ const std::vector<std::string>& layer_stage_names() {
     return n;
   }();
   return names;
+}
+
+bool is_head_split_stage(std::string_view name) {
+  for (const StageInfo& s : stage_table())
+    if (s.name == name) return s.heads;
+  return false;
 }
 
 bool is_indexer_stage(std::string_view name) {

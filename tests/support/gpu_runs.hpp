@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "dsv32/gpu/judge.hpp"
+#include "dsv32/gpu/plan_check.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/gpu/tp.hpp"
+#include "dsv32/judge/judge.hpp"
 
 namespace dsv32::testing {
 
@@ -35,7 +36,7 @@ inline std::string check_plans(const Config& cfg, const std::shared_ptr<const We
                                const std::vector<std::string>& plans,
                                std::string* unjudgeable = nullptr, int tp = 1) {
   const std::vector<StepTrace> base = run_plan(cfg, *w, num_blocks, steps, "eager", nullptr, tp);
-  const gpu::Judgement j = gpu::judge(cfg, w, num_blocks, steps, base, tp);
+  const Judgement j = judge(cfg, w, num_blocks, steps, base, tp);
   if (j.stages == 0) return "eager vs oracle: nothing was compared";
   const bool only_vacuous = j.vacuous == static_cast<int>(j.failures.size());
   if (!j.failures.empty() && unjudgeable && only_vacuous)

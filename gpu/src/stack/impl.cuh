@@ -138,16 +138,16 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   void run_layers(const boundary::Plan& plan);
   bool wq_b_may_lead(const boundary::Plan& plan, int l) const;
 
-  // trace.cu
+  // trace.cu: every stage of the stage table (oracle/stages.hpp) from its device buffer.
   StepTrace trace();
-  template <class T, class Value>
-  Tensor tensor_of(const char* name, const T* p, int rows, std::vector<std::int64_t> tail,
-                   DType dtype, Value value);
-  Tensor tensor_of(const char* name, const S* p, int rows, std::vector<std::int64_t> tail);
-  Tensor packed_of(const char* name, const S* p, int rows, int H, int stride, int off, int n);
-  Tensor floats_of(const char* name, const float* p, int rows, std::vector<std::int64_t> tail);
-  Tensor codes_of(const char* name, const std::uint8_t* p, int rows,
-                  std::vector<std::int64_t> tail);
+  /// Where stage `name` of layer l (-1: the stack's output) lives on the device: `p`, or, for
+  /// the query's two parts, columns [off, off + n) of each (row, head) of rows of `stride`.
+  struct Source {
+    const void* p;
+    int stride = 0, off = 0;
+  };
+  Source stage_source(std::string_view name, int l);
+  Tensor download_stage(const StageInfo& stage, const Source& src);
 
   // timing.cu
   struct Timing {

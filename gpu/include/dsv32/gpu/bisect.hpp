@@ -1,6 +1,5 @@
-// The bisect tool's engine (BOUNDARIES.md section 4): given steps, a plan and optionally a
-// mutant, names the op whose move across the eager boundary breaks bitwise equality with
-// `eager`, or, for a data bug, the first stage that fails the oracle.
+// The bisect tool on the GPU stack: the engine of dsv32/judge/bisect.hpp with every run on a
+// fresh gpu::Stack.
 #pragma once
 
 #include <functional>
@@ -8,29 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "dsv32/boundary/plan.hpp"
-#include "dsv32/oracle/oracle.hpp"
+#include "dsv32/judge/bisect.hpp"
 
 namespace dsv32::gpu {
 
-struct BisectReport {
-  // "none": the plan gives eager's bits and eager passes the oracle;
-  // "data": eager itself fails the oracle (where/op: the first failing stage);
-  // "eager-segment": breakable-eager (every op eager through the capture machinery) already
-  //   differs from eager (where/op: the first divergent stage);
-  // "boundary": capturing `op` of `layer` (with every op before it as the plan has it) is what
-  //   first makes the run differ from eager (where: the first divergent stage of that run).
-  std::string verdict = "none";
-  std::string op;
-  int layer = -1;
-  std::string where;
-  std::string detail;
-  int runs = 0;  // stack runs the search took
-  std::string summary() const;
-};
+using dsv32::BisectReport;
 
 /// Bisects `plan` on `steps` ("" mutant: none; a plan mutant is applied to the plan, a stack
-/// mutant switched on in every run). `progress` gets a line per run.
+/// mutant switched on in every run), each run on a fresh stack. `progress` gets a line per run.
 BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& weights,
                     int num_blocks, const std::vector<StepInput>& steps, const boundary::Plan& plan,
                     const std::string& mutant = "",

@@ -24,10 +24,6 @@ std::string no_tp_reason(int tp);
 /// Whether this build has NCCL.
 bool built_with_nccl();
 
-/// The stages whose rows hold one block per attention head (ql, qR, olat, lse, o): each rank
-/// holds its heads' blocks. Every other stage is replicated (the same on every rank).
-bool is_head_split_stage(const std::string& name);
-
 /// One trace of the unsharded config from the ranks' traces (rank r holds heads
 /// [r * H / tp, (r + 1) * H / tp)): head-split stages concatenated per row in rank order,
 /// replicated stages taken from rank 0 after checking every rank holds the same bits. Throws

@@ -25,6 +25,7 @@ struct StageInfo {
   std::string_view name;
   std::string_view op;  // the BOUNDARIES.md op that writes it
   bool indexer;         // F layers only
+  bool heads;           // split by head under tensor parallelism (dimension 1 is the heads')
   Storage storage;
   /// The shape after the token dimension.
   std::vector<std::int64_t> (*tail)(const Config& cfg);
@@ -39,6 +40,9 @@ const StageInfo& stage_info(std::string_view name);
 const std::vector<std::string>& layer_stage_names();
 /// Stages that only F layers produce.
 bool is_indexer_stage(std::string_view name);
+/// Stages whose dimension 1 runs over the attention heads, split across tensor-parallel ranks
+/// (ql, qR, olat, lse, o); the rest are replicated on every rank.
+bool is_head_split_stage(std::string_view name);
 /// The dtype the deployed implementation stores a stage in (bf16/fp32 precision).
 DType storage_dtype(const Config& cfg, std::string_view stage);
 /// The BOUNDARIES.md op that produces a trace stage (e.g. "olat" -> "sparse_mqa"); "?" if none.

@@ -1,0 +1,30 @@
+// BOUNDARIES.md section 3's first invariant on the GPU stack: every plan's run of some steps
+// against `eager`'s, bit for bit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dsv32/oracle/oracle.hpp"
+
+namespace dsv32::gpu {
+
+/// One plan's run of some steps against `eager`'s run of the same steps.
+struct PlanCheck {
+  std::string plan;
+  std::string difference;  // the first bitwise difference from eager; "" when equal
+  int captures = 0;        // captures the stack (each rank) held after the steps
+  std::string structure;   // segments of the first step's capture ("GEGEG"; "" at tp > 1)
+};
+
+/// BOUNDARIES.md section 3's first invariant, shared by the plan tests and `dsv32 selfcheck`:
+/// each of `plans` but `eager`, run over `steps` on a fresh stack (tp > 1: a fresh
+/// tensor-parallel group, its ranks' traces merged), compared bit for bit with `eager`'s traces
+/// of the same steps, in the order given. At tp 1 the plan is captured at the first step's
+/// capture size before the steps run (as Stack::run would on first use), for `structure`.
+std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& weights,
+                                           int num_blocks, const std::vector<StepInput>& steps,
+                                           const std::vector<std::string>& plans,
+                                           const std::vector<StepTrace>& eager, int tp = 1);
+
+}  // namespace dsv32::gpu

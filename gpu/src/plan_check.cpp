@@ -1,0 +1,38 @@
+#include "dsv32/gpu/plan_check.hpp"
+
+#include <utility>
+
+#include "dsv32/boundary/plan.hpp"
+#include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/tp.hpp"
+#include "dsv32/judge/judge.hpp"
+
+namespace dsv32::gpu {
+
+std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& weights,
+                                           int num_blocks, const std::vector<StepInput>& steps,
+                                           const std::vector<std::string>& plans,
+                                           const std::vector<StepTrace>& eager, int tp) {
+  std::vector<PlanCheck> out;
+  for (const std::string& name : plans) {
+    if (name == "eager") continue;
+    PlanCheck c;
+    c.plan = name;
+    const boundary::Plan plan = boundary::plan_preset(name, cfg);
+    std::vector<StepTrace> got;
+    if (tp > 1) {
+      got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);
+    } else {
+      Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
+      if (plan.capture && !steps.empty())
+        c.structure = stack.capture(plan, steps.front().capture_size).structure;
+      for (const StepInput& in : steps) got.push_back(stack.run(plan, in));
+      c.captures = stack.capture_count();
+    }
+    c.difference = first_difference(cfg, eager, got);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace dsv32::gpu

@@ -1,0 +1,46 @@
+// The bisect engine (BOUNDARIES.md section 4): given steps, a plan and optionally a mutant, names
+// the op whose move across the eager boundary breaks bitwise equality with `eager`, or, for a
+// data bug, the first stage that fails the oracle. CUDA-free: the runs come from a callback
+// (gpu/bisect.hpp runs them on the GPU stack).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dsv32/boundary/plan.hpp"
+#include "dsv32/oracle/oracle.hpp"
+
+namespace dsv32 {
+
+struct BisectReport {
+  // "none": the plan gives eager's bits and eager passes the oracle;
+  // "data": eager itself fails the oracle (where/op: the first failing stage);
+  // "eager-segment": breakable-eager (every op eager through the capture machinery) already
+  //   differs from eager (where/op: the first divergent stage);
+  // "boundary": capturing `op` of `layer` (with every op before it as the plan has it) is what
+  //   first makes the run differ from eager (where: the first divergent stage of that run).
+  std::string verdict = "none";
+  std::string op;
+  int layer = -1;
+  std::string where;
+  std::string detail;
+  int runs = 0;  // stack runs the search took
+  std::string summary() const;
+};
+
+/// Runs the steps under `plan` with the stack mutant `stack_mutant` ("" none) switched on, on a
+/// fresh implementation, and returns their traces.
+using PlanRunner = std::function<std::vector<StepTrace>(const boundary::Plan& plan,
+                                                        const std::string& stack_mutant)>;
+
+/// Bisects `plan` on `steps` ("" mutant: none; a plan mutant is applied to the plan, a stack
+/// mutant handed to every run). `progress` gets a line per run. Assumes that capturing more
+/// ops never repairs a run.
+BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& weights,
+                    int num_blocks, const std::vector<StepInput>& steps, const boundary::Plan& plan,
+                    const std::string& mutant, const PlanRunner& run,
+                    const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace dsv32
