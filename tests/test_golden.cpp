@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "support/golden_cases.hpp"
 #include "support/regenerate.hpp"
@@ -203,7 +204,51 @@ TEST_F(GoldenFiles, WrongDtypeIsRefusedByName) {
     H5Dclose(d);
   });
   const std::string why = refusal(p);
-  EXPECT_NE(why.find("/steps/step0/emulated/layer0/o: dtype float32, expected bfloat16"),
+  EXPECT_NE(why.find("/steps/step0/emulated/layer0/o: stored type does not match dtype float32"),
+            std::string::npos)
+      << why;
+}
+
+/// Replaces a bfloat16 dataset (uint16 bits) by a float64 one of the same values, `fn` editing
+/// them first, with attribute dtype float64: another tool's way of writing the same tensor.
+template <class F>
+void bf16_as_float64(const std::string& path, const char* dataset, F&& fn) {
+  tamper(path, [&](hid_t f) {
+    const hid_t d = H5Dopen2(f, dataset, H5P_DEFAULT);
+    const hid_t sp = H5Dget_space(d);
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(H5Sget_simple_extent_npoints(sp)));
+    H5Dread(d, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data());
+    H5Dclose(d);
+    H5Ldelete(f, dataset, H5P_DEFAULT);
+    std::vector<double> v(bits.size());
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = bf16_value(bits[i]);
+    fn(v);
+    const hid_t n =
+        H5Dcreate2(f, dataset, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(n, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    set_string_attr(n, "dtype", "float64");
+    H5Dclose(n);
+    H5Sclose(sp);
+  });
+}
+
+TEST_F(GoldenFiles, AnotherDtypeIsReadWhereItsValuesAreExact) {
+  const std::string p = copy_of_default();
+  bf16_as_float64(p, "steps/step0/inputs/hidden", [](std::vector<double>&) {});
+  bf16_as_float64(p, "weights/layer0/w_o", [](std::vector<double>&) {});
+  const golden::GoldenCase got = golden::read(p);
+  const golden::GoldenCase want = golden::read(fixture("default"));
+  EXPECT_TRUE(got.steps.front().hidden.topRows(want.steps.front().num_tokens) ==
+              want.steps.front().hidden.topRows(want.steps.front().num_tokens));
+  EXPECT_TRUE(got.weights.layers.front().w_o == want.weights.layers.front().w_o);
+}
+
+TEST_F(GoldenFiles, AnotherDtypeWhoseValuesAreNotExactIsRefusedByName) {
+  const std::string p = copy_of_default();
+  bf16_as_float64(p, "steps/step0/inputs/hidden", [](std::vector<double>& v) { v[3] += 1e-9; });
+  const std::string why = refusal(p);
+  EXPECT_NE(why.find("/steps/step0/inputs/hidden: dtype float64, expected bfloat16, and the value "
+                     "at (0, 3) is not exactly a bfloat16 value"),
             std::string::npos)
       << why;
 }

@@ -16,5 +16,6 @@ void add_gpu(CLI::App& app, int& exit_code);
 void add_bench_gpu(CLI::App& app, int& exit_code);
 void add_bisect(CLI::App& app, int& exit_code);
 void add_resource_spec(CLI::App& app, int& exit_code);
+void add_judge(CLI::App& app, int& exit_code);
 
 }  // namespace dsv32::tools

@@ -1,4 +1,5 @@
-// `dsv32 golden`: list and generate golden files from the case registry.
+// `dsv32 golden`: list and generate golden files from the case registry; check any golden file
+// against this oracle.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -6,10 +7,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/judge/judge.hpp"
+#include "dsv32/oracle/numerics.hpp"
 #include "version.hpp"
 
 namespace dsv32::tools {
@@ -20,7 +24,58 @@ struct Options {
   std::vector<std::string> cases;
   std::string out;
   std::string generator;  // overrides the generator attribute (regeneration checks)
+  std::vector<std::string> check;
+  bool bitwise = false;
 };
+
+/// `--check`: each file's expected and emulated tensors recomputed by this oracle from the
+/// file's own config, weights and inputs. A file whose expected tensors are not this oracle's
+/// bits (another tool's, an older version's) passes when they are within TESTING.md's gates
+/// (judged as a candidate); `--bitwise` asks for the same bits.
+int check(const Options& o) {
+  // The recomputed T1 as a golden stores it: each tensor rounded to its storage dtype.
+  const auto as_stored = [](const Config& cfg, std::vector<StepTrace> steps) {
+    const auto round = [&](Tensor& t) {
+      const DType dt = storage_dtype(cfg, t.name);
+      for (double& v : t.data)
+        v = dt == DType::float32    ? static_cast<double>(static_cast<float>(v))
+            : dt == DType::bfloat16 ? round_bf16(v)
+                                    : v;
+    };
+    for (StepTrace& st : steps) {
+      for (LayerTrace& lt : st.layers)
+        for (Tensor& t : lt.tensors) round(t);
+      round(st.output);
+    }
+    return steps;
+  };
+  int rc = kExitPass;
+  for (const std::string& path : o.check) {
+    const golden::GoldenCase gc = golden::read(path);
+    const auto [t0, t1] = golden::recompute(gc);
+    const Divergence d0 = first_divergence(gc.cfg, t0, gc.expected);
+    const Divergence d1 = first_divergence(gc.cfg, as_stored(gc.cfg, t1), gc.emulated);
+    const auto said = [](const Divergence& d) {
+      return d.found() ? "differ first at " + d.where() + ": " + d.detail
+                       : std::string("identical");
+    };
+    fmt::print("{}: case {}, {} steps, written by {}\n  expected (T0): {}\n  emulated (T1): {}\n",
+               path, gc.case_id, gc.steps.size(), gc.generator, said(d0), said(d1));
+    bool ok = !d0.found() && !d1.found();
+    if (d0.found() && !o.bitwise) {
+      const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
+                                gc.steps, gc.expected);
+      ok = j.failures.empty();
+      fmt::print("  expected as a candidate: {}\n",
+                 ok ? fmt::format("within the gates (worst {:.3f} of its gate at {})", j.worst,
+                                  j.worst_where)
+                    : "FAIL " + j.failures.front());
+    }
+    fmt::print("  {}\n", ok ? "pass" : "FAIL");
+    if (!ok) rc = kExitFail;
+  }
+  return rc;
+}
 
 std::uint64_t fnv1a_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -116,7 +171,14 @@ void add_golden(CLI::App& app, int& exit_code) {
   sub->add_option("--out", o->out, "Output directory")->default_val(".");
   sub->add_option("--generator", o->generator,
                   "Generator attribute to record (default: this build)");
-  sub->callback([o, &exit_code] { exit_code = o->list ? list() : generate(*o); });
+  sub->add_option("--check", o->check,
+                  "Recompute these golden files' expected tensors from their own config, weights "
+                  "and inputs and compare (pass: the same bits, or within TESTING.md's gates)")
+      ->check(CLI::ExistingFile);
+  sub->add_flag("--bitwise", o->bitwise, "With --check: pass only on the same bits");
+  sub->callback([o, &exit_code] {
+    exit_code = o->list ? list() : !o->check.empty() ? check(*o) : generate(*o);
+  });
 }
 
 }  // namespace dsv32::tools

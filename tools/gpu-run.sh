@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU run from a fresh checkout on a GPU machine: configure the `gpu` preset (sm_90),
 # build, run the `gpu` label spread over every visible GPU (CTest resource groups; the
-# tensor-parallel tests take several), the main job, the mutants' bisect table and the GPU
+# tensor-parallel tests take several), the main job, the mutants' bisect table, `dsv32 judge`'s
+# agreement with `dsv32 gpu` on every case and plan (tools/judge-agreement.sh) and the GPU
 # benchmarks (plans side by side, at tp 1, 2 and 4 where the GPUs allow; per op against bandwidth
 # floors, decode batches also with one stream; each launch's cost to a T = 1 step); logs and JSON
 # go to OUTDIR. DSV32_GPU_RUN_CPU=1 also runs the `cpu` label there (CI runs it on every push;
@@ -54,6 +55,9 @@ fi
 logged "$out/selfcheck.log" ./build/gpu/tools/dsv32 selfcheck --json "$out/selfcheck.json"
 logged "$out/bisect.log" ./build/gpu/tools/dsv32 bisect --case mutant-bait --plan narrow \
   --all-mutants --json "$out/bisect.json"
+# `dsv32 judge` of the GPU's own dump must give `dsv32 gpu`'s verdict (every case, every plan).
+logged "$out/judge-agreement.log" bash tools/judge-agreement.sh ./build/gpu/tools/dsv32 \
+  "$out/judge-agreement"
 logged "$out/bench-gpu.log" ./build/gpu/tools/dsv32 bench-gpu --repeats 10 --json "$out/bench-gpu.json"
 if [ "$gpus" -ge 2 ]; then
   logged "$out/bench-gpu-tp.log" ./build/gpu/tools/dsv32 bench-gpu --preset dsv32 --layers 2 \

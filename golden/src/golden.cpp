@@ -1,5 +1,6 @@
 #include "dsv32/golden/golden.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -95,6 +96,16 @@ StepTrace read_trace(const h5::Group& g, const Config& cfg, std::int64_t Ta, boo
   tr.output = g.read("output", trace_dtype(cfg, "output", exact), stage_shape(cfg, "output", Ta));
   refuse_nan(g, tr.output);
   return tr;
+}
+
+/// 1 + the largest physical block any step's block table names (at least 1).
+int blocks_named(const h5::Group& steps) {
+  double top = 0;
+  for (int s = 0; steps.has("step" + std::to_string(s)); ++s) {
+    const h5::Group ig = steps.child("step" + std::to_string(s), false).child("inputs", false);
+    for (const double b : ig.read("block_table", DType::int32).data) top = std::max(top, b);
+  }
+  return static_cast<int>(top) + 1;
 }
 
 }  // namespace
@@ -275,7 +286,10 @@ GoldenCase read(const std::string& path) {
   c.case_id = root.attr_string("case_id");
   c.seed = static_cast<std::uint64_t>(root.attr_int("seed"));
   c.tolerance_profile = root.attr_string("tolerance_profile");
-  c.num_blocks = static_cast<int>(root.attr_int("num_blocks"));
+  // Our writer's extra: the cache size. Without it, the smallest cache that holds every block
+  // the steps name.
+  c.num_blocks = root.has_attr("num_blocks") ? static_cast<int>(root.attr_int("num_blocks"))
+                                             : blocks_named(root.child("steps", false));
   try {
     c.cfg = config_from_json(root.attr_string("config"));
   } catch (const h5::GoldenError& e) {
@@ -320,11 +334,26 @@ GoldenCase read(const std::string& path) {
     if (ctx.shape.size() != 1) throw h5::GoldenError(ig.where("ctx_len") + ": must be 1-d");
     const std::int64_t R = ctx.shape[0];
     const Tensor q = ig.read("q_len", DType::int32, Shape{R});
-    const Tensor ids = ig.read("request_id", DType::int32, Shape{R});
+    // Our writer's extra: each request's id. Without it, a request is known by the first
+    // physical block of its table, which it keeps while it lives (GOLDEN.md: its earlier
+    // tokens stay in the blocks its table names).
     const Tensor table = ig.read("block_table", DType::int32);
     if (table.shape.size() != 2 || table.shape[0] != R)
       throw h5::GoldenError(ig.where("block_table") + ": shape " + table.shape_string() +
                             ", expected (" + std::to_string(R) + ", max_blocks)");
+    Tensor ids;
+    if (ig.has("request_id")) {
+      ids = ig.read("request_id", DType::int32, Shape{R});
+    } else {
+      ids.shape = {R};
+      for (std::int64_t r = 0; r < R; ++r) {
+        const double first = table.shape[1] > 0 ? table.data[r * table.shape[1]] : -1;
+        if (first < 0)
+          throw h5::GoldenError(ig.where("block_table") + ": request " + std::to_string(r) +
+                                " has no block (needed to know it without request_id)");
+        ids.data.push_back(first);
+      }
+    }
     std::int64_t Ta = 0;
     StepInput in;
     for (std::int64_t r = 0; r < R; ++r) {
@@ -367,6 +396,84 @@ GoldenCase read(const std::string& path) {
   }
   if (c.steps.empty()) throw h5::GoldenError(path + ": no steps");
   return c;
+}
+
+std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden) {
+  h5::File f = h5::File::open(path);
+  const h5::Group root = f.root();
+  const Config& cfg = golden.cfg;
+  if (!root.has("steps")) throw h5::GoldenError(root.where("steps") + ": missing group");
+  const h5::Group sg = root.child("steps", false);
+  std::string known;
+  for (const std::string& n : layer_stage_names()) known += (known.empty() ? "" : ", ") + n;
+  std::vector<StepTrace> out;
+  for (int s = 0; sg.has("step" + std::to_string(s)); ++s) {
+    if (s >= static_cast<int>(golden.steps.size()))
+      throw h5::GoldenError(sg.where("step" + std::to_string(s)) + ": the golden has only " +
+                            std::to_string(golden.steps.size()) + " steps");
+    const h5::Group st = sg.child("step" + std::to_string(s), false);
+    if (!st.has("expected")) throw h5::GoldenError(st.where("expected") + ": missing group");
+    const h5::Group eg = st.child("expected", false);
+    const std::int64_t Ta = golden.steps[s].num_tokens;
+    StepTrace tr;
+    for (const std::string& member : eg.names()) {
+      if (member == "output") continue;
+      bool layer = member.rfind("layer", 0) == 0 && member.size() > 5;
+      for (std::size_t i = 5; layer && i < member.size(); ++i)
+        layer = member[i] >= '0' && member[i] <= '9';
+      if (!layer || std::stoi(member.substr(5)) >= cfg.num_layers)
+        throw h5::GoldenError(eg.where(member) + ": not a member of a candidate step (layer0.." +
+                              "layer" + std::to_string(cfg.num_layers - 1) + ", output)");
+    }
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      LayerTrace lt;
+      const std::string ln = "layer" + std::to_string(l);
+      if (eg.has(ln)) {
+        const h5::Group lg = eg.child(ln, false);
+        for (const std::string& member : lg.names()) {
+          const auto& names = layer_stage_names();
+          if (std::find(names.begin(), names.end(), member) == names.end())
+            throw h5::GoldenError(lg.where(member) + ": unknown stage (the stages: " + known + ")");
+          if (is_indexer_stage(member) && !cfg.is_full_layer(l))
+            throw h5::GoldenError(lg.where(member) + ": an indexer stage in an S layer");
+        }
+        for (const std::string& name : layer_stage_names()) {
+          if (!lg.has(name)) continue;
+          const DType dt = name == "topk" ? DType::int32 : lg.dtype(name);
+          lt.tensors.push_back(lg.read(name, dt, stage_shape(cfg, name, Ta)));
+        }
+      }
+      tr.layers.push_back(std::move(lt));
+    }
+    if (!eg.has("output"))
+      throw h5::GoldenError(eg.where("output") +
+                            ": missing dataset (a candidate must provide "
+                            "the output)");
+    tr.output = eg.read("output", eg.dtype("output"), stage_shape(cfg, "output", Ta));
+    out.push_back(std::move(tr));
+  }
+  if (out.empty()) throw h5::GoldenError(sg.where("step0") + ": missing group (no steps)");
+  for (const std::string& name : sg.names()) {
+    bool known_step = false;
+    for (std::size_t s = 0; s < out.size() && !known_step; ++s)
+      known_step = name == "step" + std::to_string(s);
+    if (!known_step)
+      throw h5::GoldenError(sg.where(name) + ": not a step that follows step" +
+                            std::to_string(out.size() - 1) + " (steps are step0, step1, ...)");
+  }
+  return out;
+}
+
+std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c) {
+  const auto w = std::make_shared<const Weights>(c.weights);
+  Oracle exact(c.cfg, w, Mode::exact, c.num_blocks), emul(c.cfg, w, Mode::emulated, c.num_blocks);
+  std::pair<std::vector<StepTrace>, std::vector<StepTrace>> out;
+  for (const StepInput& in : c.steps) {
+    StepTrace t0 = exact.step(in);
+    out.second.push_back(emul.step(in, StepOptions::follow(c.cfg, t0)));
+    out.first.push_back(std::move(t0));
+  }
+  return out;
 }
 
 GoldenCase generate(const CaseSpec& spec, const std::string& generator,

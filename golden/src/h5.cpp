@@ -3,6 +3,7 @@
 #include <hdf5.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <type_traits>
 
@@ -37,6 +38,36 @@ hid_t storage_type(DType dt) {
 
 Handle plist(hid_t cls) {
   return Handle(H5Pcreate(cls), H5Pclose);
+}
+
+/// t's values as dtype `want` where every one of them is exactly a `want` value (bf16 values
+/// as float32 or float64, float64 values that are bf16 as bfloat16, integral values as int32,
+/// ...); else refuses, naming the dataset and the first value that is not. NaN converts to a
+/// floating type.
+void convert_exactly(Tensor& t, DType want, const std::string& where) {
+  const auto exact = [want](double v) {
+    if (std::isnan(v)) return want != DType::int32;
+    switch (want) {
+      case DType::float64:
+        return true;
+      case DType::float32:
+        return static_cast<double>(static_cast<float>(v)) == v;
+      case DType::bfloat16:
+        return round_bf16(v) == v;
+      case DType::float8_e4m3fn:
+        return std::fabs(v) <= 448.0 && round_e4m3(v) == v;
+      case DType::int32:
+        return v == std::floor(v) && v >= INT32_MIN && v <= INT32_MAX;
+    }
+    return false;
+  };
+  for (std::size_t i = 0; i < t.data.size(); ++i)
+    if (!exact(t.data[i]))
+      throw GoldenError(where + ": dtype " + std::string(to_string(t.dtype)) + ", expected " +
+                        std::string(to_string(want)) + ", and the value at " +
+                        t.index_string(static_cast<std::int64_t>(i)) + " is not exactly a " +
+                        std::string(to_string(want)) + " value");
+  t.dtype = want;
 }
 
 }  // namespace
@@ -143,9 +174,6 @@ Tensor Group::read(const std::string& name, DType want,
   } catch (const std::invalid_argument& e) {
     throw GoldenError(where(name) + ": " + e.what());
   }
-  if (dt != want)
-    throw GoldenError(where(name) + ": dtype " + std::string(to_string(dt)) + ", expected " +
-                      std::string(to_string(want)));
   Handle space(H5Dget_space(ds.get()), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0) throw GoldenError(where(name) + ": unreadable dataspace");
@@ -161,9 +189,16 @@ Tensor Group::read(const std::string& name, DType want,
     throw GoldenError(where(name) + ": shape " + t.shape_string() + ", expected " +
                       want_shape.shape_string());
   }
-  // The stored type must be the dtype's storage type (e.g. bfloat16 as 16-bit integers).
+  // The stored type must hold the dtype: bfloat16 and e4m3 as their 16- and 8-bit codes;
+  // int32 as any integer type, float32 and float64 as any float type (each value converted
+  // exactly, or refused: numpy's defaults are int64 and float64).
   Handle ftype(H5Dget_type(ds.get()), H5Tclose);
-  if (H5Tequal(ftype.get(), storage_type(dt)) <= 0)
+  const H5T_class_t cls = H5Tget_class(ftype.get());
+  const bool stored_ok = dt == DType::int32 ? cls == H5T_INTEGER
+                         : dt == DType::float32 || dt == DType::float64
+                             ? cls == H5T_FLOAT
+                             : H5Tequal(ftype.get(), storage_type(dt)) > 0;
+  if (!stored_ok)
     throw GoldenError(where(name) + ": stored type does not match dtype " +
                       std::string(to_string(dt)));
   const std::size_t n = static_cast<std::size_t>(t.numel());
@@ -183,15 +218,23 @@ Tensor Group::read(const std::string& name, DType want,
       break;
     }
     case DType::int32: {
-      std::vector<std::int32_t> b(n);
-      rc = H5Dread(ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
-      for (std::size_t i = 0; i < n; ++i) t.data[i] = b[i];
+      std::vector<std::int64_t> b(n);
+      rc = H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
+      for (std::size_t i = 0; i < n && rc >= 0; ++i) {
+        if (b[i] < INT32_MIN || b[i] > INT32_MAX)
+          throw GoldenError(where(name) + ": int32 value " + std::to_string(b[i]) +
+                            " out of range at " + t.index_string(static_cast<std::int64_t>(i)));
+        t.data[i] = static_cast<double>(b[i]);
+      }
       break;
     }
     case DType::float32: {
-      std::vector<float> b(n);
-      rc = H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
-      for (std::size_t i = 0; i < n; ++i) t.data[i] = b[i];
+      rc = H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data.data());
+      for (std::size_t i = 0; i < n && rc >= 0; ++i)
+        if (!std::isnan(t.data[i]) &&
+            static_cast<double>(static_cast<float>(t.data[i])) != t.data[i])
+          throw GoldenError(where(name) + ": dtype float32, but the value at " +
+                            t.index_string(static_cast<std::int64_t>(i)) + " is not a float32");
       break;
     }
     case DType::float64:
@@ -199,7 +242,39 @@ Tensor Group::read(const std::string& name, DType want,
       break;
   }
   if (rc < 0) throw GoldenError(where(name) + ": read failed (truncated or corrupt file?)");
+  if (dt != want) convert_exactly(t, want, where(name));
   return t;
+}
+
+std::vector<std::string> Group::names() const {
+  H5G_info_t info{};
+  if (H5Gget_info(h_.get(), &info) < 0) throw GoldenError(where() + ": unreadable group");
+  std::vector<std::string> out;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t len =
+        H5Lget_name_by_idx(h_.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (len < 0) throw GoldenError(where() + ": unreadable member " + std::to_string(i));
+    std::string name(static_cast<std::size_t>(len), '\0');
+    H5Lget_name_by_idx(h_.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
+                       H5P_DEFAULT);
+    out.push_back(std::move(name));
+  }
+  return out;
+}
+
+DType Group::dtype(const std::string& name) const {
+  if (!has(name)) throw GoldenError(where(name) + ": missing dataset");
+  const Group obj(Handle(H5Oopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Oclose), file_,
+                  path_ == "/" ? "/" + name : path_ + "/" + name);
+  try {
+    return parse_dtype(obj.attr_string("dtype"));
+  } catch (const std::invalid_argument& e) {
+    throw GoldenError(where(name) + ": " + e.what());
+  }
+}
+
+bool Group::has_attr(const std::string& name) const {
+  return H5Aexists(h_.get(), name.c_str()) > 0;
 }
 
 void Group::set_attr(const std::string& name, const std::string& value) const {

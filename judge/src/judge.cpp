@@ -1,5 +1,6 @@
 #include "dsv32/judge/judge.hpp"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -17,25 +18,61 @@ void fail(Judgement& j, int step, int layer, const std::string& stage, std::stri
 }  // namespace
 
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
-                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp) {
+                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp,
+                bool partial) {
   Oracle t0(cfg, w, Mode::exact, num_blocks), t1(cfg, std::move(w), Mode::emulated, num_blocks);
-  const int HI = cfg.index_n_heads, dI = cfg.index_head_dim, K = cfg.index_topk;
+  const int dI = cfg.index_head_dim, K = cfg.index_topk;
   std::vector<StepTrace> want0, want1;
-  // The GPU's own indexer keys, from its traces: (layer, request id, position) -> key.
+  // The candidate's own indexer keys, from its traces: (layer, request id, position) -> key;
+  // own_keys[l]: every step so far provided layer l's keys.
   std::map<std::tuple<int, int, int>, std::pair<std::vector<double>, double>> keys;
+  std::vector<bool> own_keys(cfg.num_layers, true);
   Judgement j;
-  for (std::size_t s = 0; s < steps.size(); ++s) {
+  const auto topk_row = [&](int s, int l, int t, const std::vector<int>& row,
+                            const IndexScores& sc) {
+    double eps = 0;
+    for (double a : sc.abs_terms) eps = std::max(eps, index_score_eps(cfg, a));
+    ++j.topk_rows;
+    if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
+      fail(j, s, l, "topk",
+           "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/topk token " +
+               std::to_string(t) + ": " + why);
+  };
+  const std::size_t n = std::min(steps.size(), gpu.size());
+  for (std::size_t s = 0; s < n; ++s) {
     const StepInput& in = steps[s];
+    const int si = static_cast<int>(s);
     const std::size_t failures_before = j.failures.size();
+    std::vector<int> against_t0;  // F layers whose sets are judged on T0's scores
     for (int l = 0; l < cfg.num_layers; ++l) {
       if (!cfg.is_full_layer(l)) continue;
       const LayerTrace& lt = gpu[s].layers[l];
-      const Tensor &k8 = lt.at("kI8"), &ks = lt.at("kI_scale");
-      for (int t = 0; t < in.num_tokens; ++t)
-        keys[{l, in.requests[in.request_of_token[t]].id, in.positions[t]}] = {
-            std::vector<double>(k8.data.begin() + t * dI, k8.data.begin() + (t + 1) * dI),
-            ks.data[t]};
+      const Tensor *k8 = lt.find("kI8"), *ks = lt.find("kI_scale");
+      own_keys[l] = own_keys[l] && k8 && ks;
+      if (own_keys[l])
+        for (int t = 0; t < in.num_tokens; ++t)
+          keys[{l, in.requests[in.request_of_token[t]].id, in.positions[t]}] = {
+              std::vector<double>(k8->data.begin() + t * dI, k8->data.begin() + (t + 1) * dI),
+              ks->data[t]};
+      if (!lt.find("topk")) continue;
       const TopkRows rows = topk_rows(lt);
+      const auto row_of = [&](int t) {
+        return std::vector<int>(rows.row(t).data(), rows.row(t).data() + K);
+      };
+      // The row's structure first: the oracle can follow only well-formed sets.
+      for (int t = 0; t < in.num_tokens; ++t)
+        if (const std::string why =
+                check_topk_row(row_of(t), std::vector<double>(in.positions[t] + 1, 0.0), K, 0.0);
+            !why.empty())
+          fail(j, si, l, "topk",
+               "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/topk token " +
+                   std::to_string(t) + ": " + why);
+      const Tensor *q8 = lt.find("qI8"), *omega = lt.find("omega");
+      if (!(own_keys[l] && q8 && omega)) {
+        against_t0.push_back(l);
+        continue;
+      }
+      const int HI = cfg.index_n_heads;
       for (int t = 0; t < in.num_tokens; ++t) {
         const int id = in.requests[in.request_of_token[t]].id;
         std::vector<const double*> kp;
@@ -45,42 +82,69 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
           kp.push_back(e.first.data());
           kscale.push_back(e.second);
         }
-        const IndexScores sc = index_score_row(
-            &lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
-            &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, kp, kscale);
-        double eps = 0;
-        for (double a : sc.abs_terms) eps = std::max(eps, index_score_eps(cfg, a));
-        const std::vector<int> row(rows.row(t).data(), rows.row(t).data() + K);
-        ++j.topk_rows;
-        if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
-          fail(j, static_cast<int>(s), l, "topk",
-               "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/topk token " +
-                   std::to_string(t) + ": " + why);
+        topk_row(
+            si, l, t, row_of(t),
+            index_score_row(&q8->data[static_cast<std::size_t>(t) * HI * dI],
+                            &omega->data[static_cast<std::size_t>(t) * HI], HI, dI, kp, kscale));
       }
     }
-    // The oracle follows the GPU's sets: invalid ones cannot be followed, so judging stops here.
+    // The oracle follows the candidate's sets: invalid ones cannot be followed, so judging
+    // stops here.
     if (j.failures.size() > failures_before) return j;
     // ... and its fp8 cache codes, judged by the `c` stage itself (one quantum).
-    // T1 rounds where the GPU's group does: each rank's o_proj partial, then their sum.
+    // T1 rounds where the candidate's group does: each rank's o_proj partial, then their sum.
     const StepOptions follow = StepOptions::follow(cfg, gpu[s], /*cache_codes=*/true);
-    StepOptions follow1 = follow;
-    follow1.o_proj_ranks = tp;
     want0.push_back(t0.step(in, follow));
+    // Where the candidate gives no sets, T0 selects its own, and T1 follows T0's (as in a
+    // golden), so that T1 - T0 measures rounding and not a different pick near a tie.
+    StepOptions follow1 = follow;
+    for (int l = 0; l < cfg.num_layers; ++l)
+      if (cfg.is_full_layer(l) && !follow1.topk_override[l])
+        follow1.topk_override[l] = topk_rows(want0.back().layers[l]);
+    follow1.o_proj_ranks = tp;
     want1.push_back(t1.step(in, follow1));
+    // Sets without the candidate's own quantized inputs: against T0's scores (TESTING.md 2).
+    for (const int l : against_t0) {
+      const TopkRows rows = topk_rows(gpu[s].layers[l]);
+      for (int t = 0; t < in.num_tokens; ++t)
+        topk_row(si, l, t, std::vector<int>(rows.row(t).data(), rows.row(t).data() + K),
+                 t0.index_scores(l, in, want0.back().layers[l], t));
+    }
+    if (j.failures.size() > failures_before) return j;
   }
-  for (const StageDiff& d : diff_traces(cfg, gpu, want0, want1)) {
+  const std::vector<StepTrace> cand(gpu.begin(), gpu.begin() + static_cast<std::ptrdiff_t>(n));
+  for (const StageDiff& d : diff_traces(cfg, cand, want0, want1)) {
+    Judgement::Row row{d.step,        d.layer, d.stage,           d.provided,
+                       d.result.pass, 0.0,     d.result.summary()};
+    if (!d.provided && partial) {
+      const std::string name =
+          d.layer < 0 ? d.stage : "layer" + std::to_string(d.layer) + "/" + d.stage;
+      if (std::find(j.not_provided.begin(), j.not_provided.end(), name) == j.not_provided.end())
+        j.not_provided.push_back(name);
+      row.pass = false;
+      j.rows.push_back(std::move(row));
+      continue;
+    }
     ++j.stages;
     if (!d.result.pass) {
       j.vacuous += d.result.vacuous ? 1 : 0;
       fail(j, d.step, d.layer, d.stage,
            d.where() + " (op " + std::string(stage_op(d.stage)) + "): " + d.result.summary());
+      j.rows.push_back(std::move(row));
       continue;
     }
     // Quantized stages report quanta and top-k rows counts: only tolerance gates give a ratio.
     const bool gated = d.stage != "topk" && !d.result.in_quanta;
     const double ratio = gated && d.result.tol > 0 ? d.result.max_err / d.result.tol : 0.0;
+    row.ratio = ratio;
+    j.rows.push_back(std::move(row));
     if (ratio > j.worst) j.worst = ratio, j.worst_where = d.where();
   }
+  if (gpu.size() < steps.size())
+    fail(j, static_cast<int>(n), -1, "steps",
+         "step" + std::to_string(n) + ": not provided (the candidate has " +
+             std::to_string(gpu.size()) + " steps, the golden " + std::to_string(steps.size()) +
+             ")");
   return j;
 }
 

@@ -122,14 +122,18 @@ TopkRows topk_rows(const LayerTrace& lt) {
 StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace, bool cache_codes) {
   StepOptions o;
   o.topk_override.resize(cfg.num_layers);
+  // A trace without a layer's sets (a candidate that does not provide them) leaves that layer
+  // to select its own; one without its latent, to quantize its own.
   for (int l = 0; l < cfg.num_layers; ++l)
-    if (cfg.is_full_layer(l)) o.topk_override[l] = topk_rows(trace.layers.at(l));
+    if (cfg.is_full_layer(l) && trace.layers.at(l).find("topk"))
+      o.topk_override[l] = topk_rows(trace.layers.at(l));
   if (cache_codes && cfg.kv_cache == KvCache::fp8_ds_mla) {
     o.latent_override.resize(cfg.num_layers);
     for (int l = 0; l < cfg.num_layers; ++l) {
-      const Tensor& c = trace.layers.at(l).at("c");
-      const Eigen::Index rows = c.shape.at(0), cols = cfg.kv_lora_rank;
-      o.latent_override[l] = Eigen::Map<const Mat>(c.data.data(), rows, cols);
+      const Tensor* c = trace.layers.at(l).find("c");
+      if (!c) continue;
+      const Eigen::Index rows = c->shape.at(0), cols = cfg.kv_lora_rank;
+      o.latent_override[l] = Eigen::Map<const Mat>(c->data.data(), rows, cols);
     }
   }
   return o;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dsv32/golden/h5.hpp"
@@ -40,6 +41,19 @@ void write(const std::string& path, const GoldenCase& c,
 /// Reads and validates a golden file: schema, version, config, every dataset's presence,
 /// dtype and shape, and no NaN in inputs or expected tensors. Throws h5::GoldenError.
 GoldenCase read(const std::string& path);
+
+/// A candidate's traces for `golden` (docs/CANDIDATE.md): `/steps/step{s}/expected/` of
+/// `path`, `layer{l}/{stage}` and `output`, from step 0 on. Any subset of a layer's stages (a
+/// missing stage is left out of the trace); `output` required; each tensor in any GOLDEN.md
+/// logical dtype (`topk` integral), shaped (T_a, stage shape) of the golden's step; NaN kept
+/// (judging fails it). Fewer steps than the golden are returned as they are (judging fails the
+/// first missing one); more steps, other layers, unknown stage names, wrong shapes and
+/// unreadable files are refused with a GoldenError naming the dataset.
+std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden);
+
+/// `c`'s expected (T0) and emulated (T1, following T0's sets) traces recomputed by this
+/// oracle from `c`'s own config, weights and inputs, as `generate` makes them.
+std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c);
 
 /// One step of a case plan: requests with new-token counts, capture size, ids finished after.
 struct StepPlan {

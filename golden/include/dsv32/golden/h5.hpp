@@ -44,14 +44,21 @@ class Group {
   /// Opens child group `name`, creating it when `create` is true.
   Group child(const std::string& name, bool create) const;
   bool has(const std::string& name) const;
+  /// The names of the group's members (datasets and groups), in name order.
+  std::vector<std::string> names() const;
 
   /// Writes a tensor as a dataset of its dtype's storage type (bf16 -> uint16 bits,
   /// e4m3 -> uint8 codes, int32, float32, float64) with attribute dtype.
   void write(const Tensor& t) const;
-  /// Reads dataset `name`; refuses a missing dataset, a dtype other than `want` and, when
-  /// `shape` is given, any other shape. Messages name the dataset.
+  /// Reads dataset `name` as dtype `want`: a dataset of another logical dtype is converted where
+  /// every value is exactly a `want` value (bfloat16 read as float32, ...). Refuses a missing
+  /// dataset, an inexact conversion and, when `shape` is given, any other shape. Messages name
+  /// the dataset.
   Tensor read(const std::string& name, DType want,
               const std::optional<std::vector<std::int64_t>>& shape = std::nullopt) const;
+  /// The logical dtype (attribute `dtype`) of dataset `name`.
+  DType dtype(const std::string& name) const;
+  bool has_attr(const std::string& name) const;
 
   void set_attr(const std::string& name, const std::string& value) const;
   void set_attr(const std::string& name, std::int64_t value) const;

@@ -24,16 +24,34 @@ struct Judgement {
   // to judge that stage by (a property of the scenario, whatever the GPU computed).
   int vacuous = 0;
   int topk_rows = 0;
+  /// Judging with `partial`: the stages the candidate lacks, "layer0/qI8" or "output", each
+  /// once. Never counted as a pass.
+  std::vector<std::string> not_provided;
+  /// Every stage judged or found missing, in trace order (a step's top-k validity first).
+  struct Row {
+    int step = 0, layer = -1;  // layer -1: the output
+    std::string stage;
+    bool provided = true, pass = true;
+    double ratio = 0.0;  // max_err / tol of a tolerance-gated stage, else 0
+    std::string summary;
+  };
+  std::vector<Row> rows;
 };
 
 /// Judges a candidate's run of `steps` (`gpu`: its traces): each F layer's top-k row is valid
 /// for the candidate's own quantized q, k and omega (fp64 scores, eps the fp32 accumulation
 /// bound), and every stage matches the oracle (T0 exact, T1 emulated) recomputed on the
-/// candidate's own index sets. A run of a
-/// tensor-parallel group of `tp` ranks (merged traces) is judged against the unsharded T0, with
-/// T1 rounding each rank's o_proj partial before their sum (StepOptions::o_proj_ranks).
+/// candidate's own index sets. A run of a tensor-parallel group of `tp` ranks (merged traces)
+/// is judged against the unsharded T0, with T1 rounding each rank's o_proj partial before
+/// their sum (StepOptions::o_proj_ranks).
+///
+/// `partial`: the candidate may provide any subset of the stages (each layer's `output` and
+/// the steps in order from the first). A missing stage is "not provided", not a failure; a top-k
+/// row without the candidate's own qI8, omega and kI8 is judged against T0's scores; missing
+/// steps fail, naming the first. Without `partial` a missing stage fails.
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
-                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp = 1);
+                const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp = 1,
+                bool partial = false);
 
 /// Where two runs first differ bitwise: step, layer (-1: the output) and stage, in trace order.
 struct Divergence {

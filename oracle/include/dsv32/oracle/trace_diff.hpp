@@ -15,6 +15,9 @@ struct StageDiff {
   int layer = -1;  // -1: the stack output
   std::string stage;
   CompareResult result;
+  /// False when the candidate lacks the stage (or the scale it is judged with): then `result`
+  /// is a refusal that says so.
+  bool provided = true;
   /// "step2/layer1/olat"
   std::string where() const;
 };

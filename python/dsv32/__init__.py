@@ -1,0 +1,19 @@
+"""dsv32-oracle from Python: read golden files, write a candidate, judge it.
+
+    import dsv32
+    golden = dsv32.read_golden("fixtures/default.h5")
+    dsv32.write_candidate("mine.h5", [my_layer(step) for step in golden.steps])
+    verdict = dsv32.judge("mine.h5", "fixtures/default.h5")
+    assert verdict.passed, verdict.first_failure
+
+numpy and h5py are required; torch tensors are accepted where arrays are. The candidate layout
+is docs/CANDIDATE.md; judging is `dsv32 judge` (TESTING.md's rules), found as $DSV32_TOOL, on
+PATH, or in this checkout's build folders.
+"""
+from .formats import bf16_bits, bf16_values, e4m3_values
+from .golden import Golden, Step, read_golden
+from .candidate import write_candidate
+from .verdict import JudgeError, Verdict, judge
+
+__all__ = ["Golden", "Step", "read_golden", "write_candidate", "judge", "Verdict",
+           "JudgeError", "bf16_bits", "bf16_values", "e4m3_values"]

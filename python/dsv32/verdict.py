@@ -1,0 +1,55 @@
+"""Judging a candidate through `dsv32 judge` and reading its verdict."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+
+class JudgeError(RuntimeError):
+    """`dsv32 judge` refused its input (exit 2): the message names the problem."""
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    first_failure: dict = None  # step, layer (-1: output), stage, message
+    failures: list = field(default_factory=list)
+    not_provided: list = field(default_factory=list)
+    stages: list = field(default_factory=list)  # per stage: status, worst_ratio, ...
+    report: dict = field(default_factory=dict)  # the whole JSON report
+    text: str = ""  # the table `dsv32 judge` printed
+
+    def __bool__(self):
+        return self.passed
+
+
+def find_tool():
+    """$DSV32_TOOL, `dsv32` on PATH, or this checkout's build/*/tools/dsv32."""
+    if os.environ.get("DSV32_TOOL"):
+        return os.environ["DSV32_TOOL"]
+    if shutil.which("dsv32"):
+        return shutil.which("dsv32")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for preset in ("default", "ci", "gpu", "asan"):
+        p = os.path.join(root, "build", preset, "tools", "dsv32")
+        if os.access(p, os.X_OK):
+            return p
+    raise FileNotFoundError("no dsv32 tool: set DSV32_TOOL or build the project (README)")
+
+
+def judge(candidate, golden, tool=None, tp=1):
+    """Judges candidate file `candidate` against golden file `golden` (TESTING.md's rules)."""
+    tool = tool or find_tool()
+    with tempfile.TemporaryDirectory() as d:
+        report = os.path.join(d, "report.json")
+        p = subprocess.run([tool, "judge", candidate, "--golden", golden, "--json", report,
+                            "--tp", str(tp)], capture_output=True, text=True)
+        if p.returncode not in (0, 1) or not os.path.exists(report):
+            raise JudgeError((p.stderr or p.stdout).strip())
+        with open(report) as f:
+            r = json.load(f)
+    return Verdict(passed=r["verdict"] == "pass", first_failure=r.get("first_failure"),
+                   failures=r["failures"], not_provided=r["not_provided"], stages=r["stages"],
+                   report=r, text=p.stdout)

@@ -1,0 +1,131 @@
+// `dsv32 judge CANDIDATE.h5 --golden GOLDEN.h5 [--json REPORT]`: judges any implementation's
+// traces (docs/CANDIDATE.md) against a golden case with TESTING.md's rules, the oracle recomputed
+// on the candidate's own top-k sets. Exit 0: every provided stage passes; 1: a stage fails (the
+// first one named); 2: bad input.
+#include <fmt/core.h>
+
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "dsv32/golden/golden.hpp"
+#include "dsv32/judge/judge.hpp"
+
+namespace dsv32::tools {
+namespace {
+
+struct Options {
+  std::string candidate, golden, json;
+  int tp = 1;
+};
+
+/// One (layer, stage) over the steps: its status and worst gate ratio.
+struct StageLine {
+  std::string name;
+  int judged = 0, failed = 0, missing = 0;
+  double worst = 0.0;
+  std::string first_failure;
+};
+
+int run(const Options& o) {
+  const golden::GoldenCase gc = golden::read(o.golden);
+  const std::vector<StepTrace> cand = golden::read_candidate(o.candidate, gc);
+  fmt::print(stderr, "  judging {} step(s) of {} against case {}\n", cand.size(), o.candidate,
+             gc.case_id);
+  const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
+                            gc.steps, cand, o.tp, /*partial=*/true);
+  // The stages in trace order, each once.
+  std::vector<StageLine> lines;
+  std::map<std::string, std::size_t> at;
+  for (const Judgement::Row& r : j.rows) {
+    const std::string name =
+        r.layer < 0 ? r.stage : "layer" + std::to_string(r.layer) + "/" + r.stage;
+    auto [it, fresh] = at.try_emplace(name, lines.size());
+    if (fresh) lines.push_back(StageLine{name, 0, 0, 0, 0.0, ""});
+    StageLine& s = lines[it->second];
+    if (!r.provided) {
+      ++s.missing;
+      continue;
+    }
+    ++s.judged;
+    s.worst = std::max(s.worst, r.ratio);
+    if (!r.pass && s.failed++ == 0)
+      s.first_failure = "step" + std::to_string(r.step) + ": " + r.summary;
+  }
+  const bool pass = j.failures.empty();
+  fmt::print("dsv32 judge: {} against {} (case {}, {} of {} steps provided)\n", o.candidate,
+             o.golden, gc.case_id, cand.size(), gc.steps.size());
+  fmt::print("{:<18} {:<13} {:>8}  {}\n", "stage", "status", "worst", "first failure");
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageLine& s : lines) {
+    const std::string status = s.failed   ? "FAIL"
+                               : s.judged ? (s.missing ? "pass (part)" : "pass")
+                                          : "not provided";
+    fmt::print("{:<18} {:<13} {:>8}  {}\n", s.name, status,
+               s.judged && s.worst > 0 ? fmt::format("{:.3f}", s.worst) : "", s.first_failure);
+    stages.push_back({{"stage", s.name},
+                      {"status", status},
+                      {"steps_judged", s.judged},
+                      {"steps_missing", s.missing},
+                      {"steps_failed", s.failed},
+                      {"worst_ratio", s.worst},
+                      {"first_failure", s.first_failure}});
+  }
+  for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
+  if (pass)
+    fmt::print(
+        "verdict: pass ({} stages and {} top-k rows judged; {} not provided; worst {:.3f} "
+        "of its gate at {})\n",
+        j.stages, j.topk_rows, j.not_provided.size(), j.worst, j.worst_where);
+  else
+    fmt::print("verdict: FAIL at step{}{}/{}: {}\n", j.first_step,
+               j.first_layer < 0 ? "" : "/layer" + std::to_string(j.first_layer), j.first_stage,
+               j.failures.front());
+  if (!o.json.empty()) {
+    nlohmann::json out{{"candidate", o.candidate},
+                       {"golden", o.golden},
+                       {"case_id", gc.case_id},
+                       {"verdict", pass ? "pass" : "fail"},
+                       {"steps_provided", cand.size()},
+                       {"steps", gc.steps.size()},
+                       {"stages_judged", j.stages},
+                       {"topk_rows_judged", j.topk_rows},
+                       {"worst_ratio", j.worst},
+                       {"worst_where", j.worst_where},
+                       {"not_provided", j.not_provided},
+                       {"failures", j.failures},
+                       {"stages", stages}};
+    out["first_failure"] = pass ? nlohmann::json(nullptr)
+                                : nlohmann::json{{"step", j.first_step},
+                                                 {"layer", j.first_layer},
+                                                 {"stage", j.first_stage},
+                                                 {"message", j.failures.front()}};
+    std::ofstream(o.json) << out.dump(2) << "\n";
+  }
+  return pass ? kExitPass : kExitFail;
+}
+
+}  // namespace
+
+void add_judge(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<Options>();
+  CLI::App* sub = app.add_subcommand(
+      "judge", "Judge any implementation's traces (docs/CANDIDATE.md) against a golden case");
+  sub->add_option("candidate", o->candidate, "Candidate file: /steps/step{s}/expected/...")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--golden", o->golden, "Golden file the candidate ran")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--json", o->json, "Also write the report as JSON");
+  sub->add_option("--tp", o->tp,
+                  "The candidate ran as tp tensor-parallel ranks (T1 rounds each rank's o_proj "
+                  "partial)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->callback([o, &exit_code] { exit_code = run(*o); });
+}
+
+}  // namespace dsv32::tools
