@@ -136,15 +136,15 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
         StageDiff d{static_cast<int>(s), l, name, {}};
         const Tensor* got = a.find(name);
         // The scale a quantized stage is judged with must come with it.
-        const char* scale = name == "omega" || name == "qI8" ? "qI_scale"
+        const char* needs = name == "omega" || name == "qI8" ? "qI_scale"
                             : name == "kI8"                  ? "kI_scale"
                                                              : nullptr;
-        if (!got || (scale && !a.find(scale))) {
+        if (!got || (needs && !a.find(needs))) {
           d.provided = false;
           d.result.tensor = name;
           d.result.refused = true;
           d.result.note = !got ? "candidate has no stage '" + name + "'"
-                               : "candidate has '" + name + "' without '" + scale + "'";
+                               : "candidate has '" + name + "' without '" + needs + "'";
         } else if (name == "topk") {
           d.result = compare_topk(*got, *want);
         } else if (name == "omega") {
