@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "dsv32/golden/case_file.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/judge/judge.hpp"
 #include "dsv32/oracle/numerics.hpp"
@@ -26,6 +27,8 @@ struct Options {
   std::string generator;  // overrides the generator attribute (regeneration checks)
   std::vector<std::string> check;
   bool bitwise = false;
+  std::vector<std::string> specs;  // case files (docs/CASES.md)
+  double max_gib = 16;
 };
 
 /// `--check`: each file's expected and emulated tensors recomputed by this oracle from the
@@ -105,7 +108,21 @@ int generate(const Options& o) {
     for (const golden::CaseSpec& c : golden::registry())
       if (c.committed) todo.push_back(c);
   for (const std::string& n : o.cases) todo.push_back(golden::find_case(n));
-  if (todo.empty()) throw CLI::ValidationError("golden", "give --case NAME, --all or --list");
+  for (const std::string& path : o.specs) todo.push_back(golden::read_case_file(path));
+  if (todo.empty())
+    throw CLI::ValidationError("golden", "give --case NAME, --spec FILE, --all or --list");
+  // What each case will cost, before any starts; a case over the bound is refused.
+  for (const golden::CaseSpec& spec : todo) {
+    const golden::CaseEstimate e = golden::estimate(spec);
+    fmt::print(stderr,
+               "  {}: {} layers, {} steps; about {:.2f} GiB held and {:.0f} s to generate\n",
+               spec.name, spec.cfg.num_layers, spec.steps.size(), e.bytes / (1 << 30), e.seconds);
+    if (e.bytes > o.max_gib * (1 << 30))
+      throw CLI::ValidationError(
+          "golden", spec.name + " needs about " + fmt::format("{:.1f}", e.bytes / (1 << 30)) +
+                        " GiB, over --max-gib " + fmt::format("{:g}", o.max_gib) +
+                        " (raise it to generate the case)");
+  }
   std::filesystem::create_directories(o.out);
   const std::string generator = o.generator.empty() ? generator_string("golden") : o.generator;
   nlohmann::json manifest;
@@ -128,6 +145,15 @@ int generate(const Options& o) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto bytes = std::filesystem::file_size(path);
     fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}\n", spec.name, gc.steps.size(), bytes, secs, path);
+    // A case from a file also gets the skeleton of a candidate for it (docs/CANDIDATE.md).
+    if (std::find_if(o.specs.begin(), o.specs.end(), [&](const std::string& p) {
+          return golden::read_case_file(p).name == spec.name;
+        }) != o.specs.end()) {
+      const std::string skeleton =
+          (std::filesystem::path(o.out) / (spec.name + ".candidate.json")).string();
+      std::ofstream(skeleton) << golden::candidate_skeleton(spec);
+      fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "", "", "", "", skeleton);
+    }
     manifest["cases"].push_back(
         {{"case", spec.name},
          {"file", spec.name + ".h5"},
@@ -167,6 +193,14 @@ void add_golden(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand("golden", "List or generate HDF5 golden files");
   sub->add_flag("--list", o->list, "List the registry's cases");
   sub->add_option("--case", o->cases, "Generate this case (repeatable)");
+  sub->add_option("--spec", o->specs,
+                  "Generate the case of this case file (repeatable; docs/CASES.md), with the "
+                  "skeleton of a candidate for it")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--max-gib", o->max_gib,
+                  "Refuse a case whose estimated memory exceeds this many GiB")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_flag("--all", o->all, "Generate every committed case and MANIFEST.json");
   sub->add_option("--out", o->out, "Output directory")->default_val(".");
   sub->add_option("--generator", o->generator,

@@ -1,0 +1,416 @@
+#include "dsv32/golden/case_file.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+namespace dsv32::golden {
+namespace {
+
+using json = nlohmann::json;
+
+/// A JSON value with its path for messages ("steps[1].requests[0]").
+struct At {
+  const json& v;
+  std::string path;
+  const std::string& file;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw CaseFileError(file + ": " + (path.empty() ? "" : path + ": ") + what);
+  }
+  At operator[](const std::string& key) const {
+    return {v.at(key), path.empty() ? key : path + "." + key, file};
+  }
+  At operator[](std::size_t i) const {
+    return {v.at(i), path + "[" + std::to_string(i) + "]", file};
+  }
+  bool has(const std::string& key) const { return v.contains(key); }
+  std::string got() const {
+    std::string s = v.dump();
+    return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+  }
+  void object(const std::set<std::string>& keys) const {
+    if (!v.is_object()) fail("expected an object, got " + got());
+    for (const auto& [k, _] : v.items())
+      if (!keys.count(k)) {
+        std::string known;
+        for (const std::string& n : keys) known += (known.empty() ? "" : ", ") + n;
+        fail("unknown key '" + k + "' (known: " + known + ")");
+      }
+  }
+  void require(const std::string& key) const {
+    if (!has(key)) fail("missing key '" + key + "'");
+  }
+  long long integer(long long lo, long long hi) const {
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+      fail("expected an integer, got " + got());
+    const long long n =
+        v.is_number_integer() ? v.get<long long>() : static_cast<long long>(v.get<double>());
+    if (n < lo || n > hi)
+      fail("expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+           std::to_string(n));
+    return n;
+  }
+  double number() const {
+    if (!v.is_number()) fail("expected a number, got " + got());
+    return v.get<double>();
+  }
+  std::string text() const {
+    if (!v.is_string()) fail("expected a string, got " + got());
+    return v.get<std::string>();
+  }
+  const json& array() const {
+    if (!v.is_array()) fail("expected an array, got " + got());
+    return v;
+  }
+};
+
+const std::set<std::string>& config_keys() {
+  static const std::set<std::string> keys{
+      "num_layers",       "hidden_size",        "num_heads",
+      "q_lora_rank",      "kv_lora_rank",       "qk_nope_head_dim",
+      "qk_rope_head_dim", "v_head_dim",         "index_n_heads",
+      "index_head_dim",   "index_topk",         "rms_norm_eps",
+      "indexer_norm_eps", "block_size",         "rope_theta",
+      "rope_scaling",     "index_topk_pattern", "indexer_rope",
+      "hadamard",         "kv_cache",           "rope_table",
+      "precision",        "index_topk_freq",    "index_skip_topk_offset",
+      "preset",           "hf_config",          "name"};
+  return keys;
+}
+
+std::optional<Yarn> yarn_of(const At& a) {
+  if (a.v.is_null()) return std::nullopt;
+  a.object({"type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast",
+            "beta_slow", "mscale", "mscale_all_dim"});
+  const std::string type = a.has("type")        ? a["type"].text()
+                           : a.has("rope_type") ? a["rope_type"].text()
+                                                : "";
+  if (type != "yarn")
+    a.fail("only type 'yarn' (or null: plain RoPE) is supported, got '" + type + "'");
+  Yarn y;
+  if (a.has("factor")) y.factor = a["factor"].number();
+  if (a.has("original_max_position_embeddings"))
+    y.original_max_position_embeddings =
+        static_cast<int>(a["original_max_position_embeddings"].integer(1, 1 << 30));
+  if (a.has("beta_fast")) y.beta_fast = a["beta_fast"].number();
+  if (a.has("beta_slow")) y.beta_slow = a["beta_slow"].number();
+  if (a.has("mscale")) y.mscale = a["mscale"].number();
+  if (a.has("mscale_all_dim")) y.mscale_all_dim = a["mscale_all_dim"].number();
+  return y;
+}
+
+/// GOLDEN.md's config keys present in `a` applied to `c` (each type-checked); the F/S pattern
+/// from index_topk_freq / index_skip_topk_offset where given.
+void apply_keys(Config& c, const At& a, const CaseLimits& lim) {
+  const std::map<std::string, int*> ints{{"hidden_size", &c.hidden_size},
+                                         {"num_heads", &c.num_heads},
+                                         {"q_lora_rank", &c.q_lora_rank},
+                                         {"kv_lora_rank", &c.kv_lora_rank},
+                                         {"qk_nope_head_dim", &c.qk_nope_head_dim},
+                                         {"qk_rope_head_dim", &c.qk_rope_head_dim},
+                                         {"v_head_dim", &c.v_head_dim},
+                                         {"index_n_heads", &c.index_n_heads},
+                                         {"index_head_dim", &c.index_head_dim},
+                                         {"index_topk", &c.index_topk},
+                                         {"block_size", &c.block_size}};
+  for (const auto& [k, p] : ints)
+    if (a.has(k)) *p = static_cast<int>(a[k].integer(1, 1 << 20));
+  if (a.has("num_layers")) {
+    c.num_layers = static_cast<int>(a["num_layers"].integer(1, lim.max_layers));
+    if (!a.has("index_topk_pattern") && !a.has("index_topk_freq"))
+      c.index_topk_pattern = std::string(static_cast<std::size_t>(c.num_layers), 'F');
+  }
+  for (const auto& [k, p] :
+       std::map<std::string, double*>{{"rms_norm_eps", &c.rms_norm_eps},
+                                      {"indexer_norm_eps", &c.indexer_norm_eps},
+                                      {"rope_theta", &c.rope_theta}})
+    if (a.has(k)) *p = a[k].number();
+  if (a.has("rope_scaling")) c.rope_scaling = yarn_of(a["rope_scaling"]);
+  if (a.has("index_topk_pattern")) c.index_topk_pattern = a["index_topk_pattern"].text();
+  if (a.has("index_topk_freq")) {
+    const int freq = static_cast<int>(a["index_topk_freq"].integer(1, 1 << 20));
+    const int offset = a.has("index_skip_topk_offset")
+                           ? static_cast<int>(a["index_skip_topk_offset"].integer(0, 1 << 20))
+                           : 0;
+    c.index_topk_pattern = topk_pattern_from_vllm(c.num_layers, freq, offset);
+  }
+  const auto set_enum = [&](const char* key, auto& field) {
+    if (!a.has(key)) return;
+    try {
+      field = parse_enum<std::decay_t<decltype(field)>>(key, a[key].text());
+    } catch (const ConfigError& e) {
+      a[key].fail(e.what());
+    }
+  };
+  set_enum("indexer_rope", c.indexer_rope);
+  set_enum("hadamard", c.hadamard);
+  set_enum("kv_cache", c.kv_cache);
+  set_enum("rope_table", c.rope_table);
+  set_enum("precision", c.precision);
+}
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CaseFileError(what + ": cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+Config config_from_hf(const std::string& json_text, int num_layers, const std::string& where) {
+  json hf;
+  try {
+    hf = json::parse(json_text);
+  } catch (const json::exception& e) {
+    throw CaseFileError(where + ": not JSON: " + e.what());
+  }
+  const At a{hf, "", where};
+  if (!hf.is_object()) a.fail("expected a JSON object");
+  Config c;
+  c.num_layers = num_layers;
+  const std::pair<const char*, int*> ints[] = {{"hidden_size", &c.hidden_size},
+                                               {"num_attention_heads", &c.num_heads},
+                                               {"q_lora_rank", &c.q_lora_rank},
+                                               {"kv_lora_rank", &c.kv_lora_rank},
+                                               {"qk_nope_head_dim", &c.qk_nope_head_dim},
+                                               {"qk_rope_head_dim", &c.qk_rope_head_dim},
+                                               {"v_head_dim", &c.v_head_dim},
+                                               {"index_n_heads", &c.index_n_heads},
+                                               {"index_head_dim", &c.index_head_dim},
+                                               {"index_topk", &c.index_topk}};
+  for (const auto& [k, p] : ints) {
+    a.require(k);
+    *p = static_cast<int>(a[k].integer(1, 1 << 20));
+  }
+  if (a.has("rms_norm_eps")) c.rms_norm_eps = a["rms_norm_eps"].number();
+  // RoPE: rope_theta and rope_scaling (DeepSeek), or rope_parameters (newer Transformers).
+  if (a.has("rope_parameters")) {
+    const At rp = a["rope_parameters"];
+    if (rp.has("rope_theta")) c.rope_theta = rp["rope_theta"].number();
+    const std::string type = rp.has("rope_type") ? rp["rope_type"].text() : "default";
+    if (type == "default") {
+      c.rope_scaling.reset();
+    } else if (type == "yarn") {
+      json y = rp.v;
+      y.erase("rope_theta");
+      c.rope_scaling = yarn_of(At{y, rp.path, where});
+    } else {
+      rp.fail("rope_type '" + type + "' is not supported (default or yarn)");
+    }
+  } else {
+    if (a.has("rope_theta")) c.rope_theta = a["rope_theta"].number();
+    c.rope_scaling = a.has("rope_scaling") ? yarn_of(a["rope_scaling"]) : std::nullopt;
+  }
+  if (a.has("indexer_rope_interleave") && a["indexer_rope_interleave"].v.is_boolean())
+    c.indexer_rope =
+        a["indexer_rope_interleave"].v.get<bool>() ? IndexerRope::interleaved : IndexerRope::neox;
+  c.index_topk_pattern = std::string(static_cast<std::size_t>(num_layers), 'F');
+  if (a.has("index_topk_freq"))
+    c.index_topk_pattern = topk_pattern_from_vllm(
+        num_layers, static_cast<int>(a["index_topk_freq"].integer(1, 1 << 20)),
+        a.has("index_skip_topk_offset")
+            ? static_cast<int>(a["index_skip_topk_offset"].integer(0, 1 << 20))
+            : 0);
+  return c;
+}
+
+CaseSpec case_from_json(const std::string& text, const std::string& where, const std::string& dir,
+                        const CaseLimits& lim) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw CaseFileError(where + ": not JSON: " + e.what());
+  }
+  const At root{j, "", where};
+  root.object({"name", "description", "seed", "config", "cache", "steps", "committed"});
+  root.require("name");
+  root.require("config");
+  root.require("steps");
+  CaseSpec spec;
+  spec.name = root["name"].text();
+  if (spec.name.empty() || spec.name.find_first_of("/\\ ") != std::string::npos)
+    root["name"].fail("expected a file-name-safe name (no '/', '\\' or space), got '" + spec.name +
+                      "'");
+  if (root.has("description")) spec.description = root["description"].text();
+  if (root.has("seed")) spec.seed = static_cast<std::uint64_t>(root["seed"].integer(0, 1LL << 62));
+  if (root.has("committed")) {
+    if (!j["committed"].is_boolean()) root["committed"].fail("expected true or false");
+    spec.committed = j["committed"].get<bool>();
+  }
+  // The config: a preset, a Hugging Face config.json, or GOLDEN.md's keys; then overrides.
+  const At cfg = root["config"];
+  cfg.object(config_keys());
+  if (cfg.has("preset") && cfg.has("hf_config")) cfg.fail("give 'preset' or 'hf_config', not both");
+  Config c;
+  try {
+    if (cfg.has("preset")) {
+      c = preset(cfg["preset"].text());
+    } else if (cfg.has("hf_config")) {
+      std::filesystem::path p = cfg["hf_config"].text();
+      if (p.is_relative()) p = std::filesystem::path(dir) / p;
+      const int layers = cfg.has("num_layers")
+                             ? static_cast<int>(cfg["num_layers"].integer(1, lim.max_layers))
+                             : 1;
+      c = config_from_hf(read_text(p.string(), where + ": config.hf_config"), layers, p.string());
+    } else {
+      for (const char* k :
+           {"num_layers", "hidden_size", "num_heads", "q_lora_rank", "kv_lora_rank",
+            "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "index_n_heads", "index_topk"})
+        cfg.require(k);
+    }
+  } catch (const ConfigError& e) {
+    cfg.fail(e.what());
+  }
+  apply_keys(c, cfg, lim);
+  c.name = spec.name;
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    cfg.fail(e.what());
+  }
+  spec.cfg = c;
+  if (root.has("cache")) {
+    const At cache = root["cache"];
+    cache.object({"num_blocks", "allocation"});
+    if (cache.has("num_blocks"))
+      spec.num_blocks = static_cast<int>(cache["num_blocks"].integer(1, lim.max_blocks));
+    if (cache.has("allocation") && cache["allocation"].text() != "permuted")
+      cache["allocation"].fail("only 'permuted' (blocks in a seeded random order) is supported");
+  }
+  // The steps, simulated: who is live, their contexts, the blocks they hold.
+  const At steps = root["steps"];
+  if (steps.array().empty()) steps.fail("expected at least one step");
+  if (static_cast<int>(steps.v.size()) > lim.max_steps)
+    steps.fail("at most " + std::to_string(lim.max_steps) + " steps");
+  std::map<int, long long> live;  // id -> context
+  std::set<int> finished;
+  const long long B = c.block_size;
+  for (std::size_t s = 0; s < steps.v.size(); ++s) {
+    const At st = steps[s];
+    st.object({"requests", "capture_size", "finish_after"});
+    st.require("requests");
+    StepPlan plan;
+    const At reqs = st["requests"];
+    if (reqs.array().empty()) reqs.fail("expected at least one request");
+    long long tokens = 0;
+    std::set<int> seen;
+    for (std::size_t r = 0; r < reqs.v.size(); ++r) {
+      const At rq = reqs[r];
+      rq.object({"id", "new_tokens"});
+      rq.require("id");
+      rq.require("new_tokens");
+      const int id = static_cast<int>(rq["id"].integer(0, 1 << 30));
+      const int q = static_cast<int>(rq["new_tokens"].integer(1, lim.max_tokens_per_step));
+      if (!seen.insert(id).second)
+        rq["id"].fail("request " + std::to_string(id) + " twice in one step");
+      if (finished.count(id))
+        rq["id"].fail("request " + std::to_string(id) + " finished in an earlier step");
+      live[id] += q;
+      tokens += q;
+      plan.requests.push_back({id, q});
+    }
+    if (tokens > lim.max_tokens_per_step)
+      reqs.fail(std::to_string(tokens) + " new tokens in one step, at most " +
+                std::to_string(lim.max_tokens_per_step));
+    if (st.has("capture_size")) {
+      plan.capture_size = static_cast<int>(st["capture_size"].integer(0, lim.max_tokens_per_step));
+      if (plan.capture_size != 0 && plan.capture_size < tokens)
+        st["capture_size"].fail(std::to_string(plan.capture_size) + " is less than the step's " +
+                                std::to_string(tokens) + " new tokens");
+    }
+    long long blocks = 0;
+    for (const auto& [id, ctx] : live) blocks += (ctx + B - 1) / B;
+    if (blocks > spec.num_blocks)
+      st.fail("the live requests need " + std::to_string(blocks) + " cache blocks of " +
+              std::to_string(B) + " tokens, cache.num_blocks is " +
+              std::to_string(spec.num_blocks));
+    if (st.has("finish_after")) {
+      const At fin = st["finish_after"];
+      for (std::size_t i = 0; i < fin.array().size(); ++i) {
+        const int id = static_cast<int>(fin[i].integer(0, 1 << 30));
+        if (!live.count(id)) fin[i].fail("request " + std::to_string(id) + " is not live");
+        live.erase(id);
+        finished.insert(id);
+        plan.finish_after.push_back(id);
+      }
+    }
+    spec.steps.push_back(std::move(plan));
+  }
+  return spec;
+}
+
+CaseSpec read_case_file(const std::string& path, const CaseLimits& limits) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return case_from_json(read_text(path, path), path, dir.empty() ? "." : dir, limits);
+}
+
+CaseEstimate estimate(const CaseSpec& spec) {
+  const Config& c = spec.cfg;
+  const double D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank, L = c.kv_lora_rank,
+               dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim,
+               HI = c.index_n_heads, dI = c.index_head_dim, K = c.index_topk;
+  const double weights = (Rq + L + dr) * D + H * (dn + dr) * Rq + H * (dn + dv) * L + D * H * dv +
+                         HI * dI * Rq + (dI + HI) * D;
+  const double slots = static_cast<double>(spec.num_blocks) * c.block_size;
+  CaseEstimate e;
+  // Weights in double, twice (the case and each oracle's shared copy), and two oracles' caches.
+  e.bytes = 8.0 * c.num_layers * (2 * weights + 2 * slots * (L + dr + dI + 1));
+  std::map<int, double> ctx;
+  double flops = 0, trace = 0;
+  for (const StepPlan& p : spec.steps) {
+    double tokens = 0;
+    for (const StepRequest& r : p.requests) {
+      for (int i = 0; i < r.q; ++i) {
+        const double pos = ctx[r.id] + i + 1;
+        flops += 2 * (HI * dI * pos + H * std::min(pos, K) * (2 * L + dr));
+      }
+      ctx[r.id] += r.q;
+      tokens += r.q;
+    }
+    flops += 2 * tokens * weights;
+    trace += tokens * (Rq + 2 * L + 2 * dr + H * (2 * L + dr + dv + 1) + 2 * HI * dI + K + D);
+  }
+  e.bytes += 8.0 * c.num_layers * trace * 2;
+  // Two oracles at about 20 GFLOP/s, and about 90 ns a weight to draw it, keep it in both
+  // precisions and write it (measured on this machine kind at dsv32 sizes).
+  e.seconds = 2.0 * c.num_layers * flops / 20e9 + 9e-8 * c.num_layers * weights;
+  return e;
+}
+
+std::string candidate_skeleton(const CaseSpec& spec) {
+  const Config& c = spec.cfg;
+  nlohmann::ordered_json out{{"case", spec.name},
+                             {"layout", "docs/CANDIDATE.md"},
+                             {"steps", nlohmann::ordered_json::array()}};
+  for (std::size_t s = 0; s < spec.steps.size(); ++s) {
+    std::int64_t tokens = 0;
+    for (const StepRequest& r : spec.steps[s].requests) tokens += r.q;
+    nlohmann::ordered_json stages = nlohmann::ordered_json::object();
+    for (int l = 0; l < c.num_layers; ++l)
+      for (const std::string& name : layer_stage_names()) {
+        if (is_indexer_stage(name) && !c.is_full_layer(l)) continue;
+        std::vector<std::int64_t> shape{tokens};
+        for (const std::int64_t d : stage_tail(c, name)) shape.push_back(d);
+        stages["layer" + std::to_string(l) + "/" + name] = shape;
+      }
+    stages["output"] = std::vector<std::int64_t>{tokens, c.hidden_size};
+    out["steps"].push_back({{"group", "/steps/step" + std::to_string(s) + "/expected"},
+                            {"num_tokens", tokens},
+                            {"stages", stages}});
+  }
+  return out.dump(2) + "\n";
+}
+
+}  // namespace dsv32::golden
