@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace dsv32::golden {
 namespace {
@@ -108,20 +110,26 @@ std::optional<Yarn> yarn_of(const At& a) {
   return y;
 }
 
+/// The layer's sizes of `c` by their config names; `heads` names num_heads (GOLDEN.md's
+/// `num_heads`, Hugging Face's `num_attention_heads`).
+std::vector<std::pair<std::string, int*>> size_fields(Config& c, const std::string& heads) {
+  return {{"hidden_size", &c.hidden_size},
+          {heads, &c.num_heads},
+          {"q_lora_rank", &c.q_lora_rank},
+          {"kv_lora_rank", &c.kv_lora_rank},
+          {"qk_nope_head_dim", &c.qk_nope_head_dim},
+          {"qk_rope_head_dim", &c.qk_rope_head_dim},
+          {"v_head_dim", &c.v_head_dim},
+          {"index_n_heads", &c.index_n_heads},
+          {"index_head_dim", &c.index_head_dim},
+          {"index_topk", &c.index_topk}};
+}
+
 /// GOLDEN.md's config keys present in `a` applied to `c` (each type-checked); the F/S pattern
 /// from index_topk_freq / index_skip_topk_offset where given.
 void apply_keys(Config& c, const At& a, const CaseLimits& lim) {
-  const std::map<std::string, int*> ints{{"hidden_size", &c.hidden_size},
-                                         {"num_heads", &c.num_heads},
-                                         {"q_lora_rank", &c.q_lora_rank},
-                                         {"kv_lora_rank", &c.kv_lora_rank},
-                                         {"qk_nope_head_dim", &c.qk_nope_head_dim},
-                                         {"qk_rope_head_dim", &c.qk_rope_head_dim},
-                                         {"v_head_dim", &c.v_head_dim},
-                                         {"index_n_heads", &c.index_n_heads},
-                                         {"index_head_dim", &c.index_head_dim},
-                                         {"index_topk", &c.index_topk},
-                                         {"block_size", &c.block_size}};
+  std::vector<std::pair<std::string, int*>> ints = size_fields(c, "num_heads");
+  ints.emplace_back("block_size", &c.block_size);
   for (const auto& [k, p] : ints)
     if (a.has(k)) *p = static_cast<int>(a[k].integer(1, 1 << 20));
   if (a.has("num_layers")) {
@@ -179,16 +187,7 @@ Config config_from_hf(const std::string& json_text, int num_layers, const std::s
   if (!hf.is_object()) a.fail("expected a JSON object");
   Config c;
   c.num_layers = num_layers;
-  const std::pair<const char*, int*> ints[] = {{"hidden_size", &c.hidden_size},
-                                               {"num_attention_heads", &c.num_heads},
-                                               {"q_lora_rank", &c.q_lora_rank},
-                                               {"kv_lora_rank", &c.kv_lora_rank},
-                                               {"qk_nope_head_dim", &c.qk_nope_head_dim},
-                                               {"qk_rope_head_dim", &c.qk_rope_head_dim},
-                                               {"v_head_dim", &c.v_head_dim},
-                                               {"index_n_heads", &c.index_n_heads},
-                                               {"index_head_dim", &c.index_head_dim},
-                                               {"index_topk", &c.index_topk}};
+  const std::vector<std::pair<std::string, int*>> ints = size_fields(c, "num_attention_heads");
   for (const auto& [k, p] : ints) {
     a.require(k);
     *p = static_cast<int>(a[k].integer(1, 1 << 20));
