@@ -40,8 +40,7 @@ int run(const Options& o) {
   std::vector<StageLine> lines;
   std::map<std::string, std::size_t> at;
   for (const Judgement::Row& r : j.rows) {
-    const std::string name =
-        r.layer < 0 ? r.stage : "layer" + std::to_string(r.layer) + "/" + r.stage;
+    const std::string name = r.stage_path();
     auto [it, fresh] = at.try_emplace(name, lines.size());
     if (fresh) lines.push_back(StageLine{name, 0, 0, 0, 0.0, ""});
     StageLine& s = lines[it->second];

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "dsv32/oracle/numerics.hpp"
+
 namespace dsv32::golden {
 namespace {
 
@@ -464,15 +466,46 @@ std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase&
   return out;
 }
 
-std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c) {
-  const auto w = std::make_shared<const Weights>(c.weights);
-  Oracle exact(c.cfg, w, Mode::exact, c.num_blocks), emul(c.cfg, w, Mode::emulated, c.num_blocks);
-  std::pair<std::vector<StepTrace>, std::vector<StepTrace>> out;
-  for (const StepInput& in : c.steps) {
+namespace {
+
+/// The two oracles of a case, stepped together as a golden's steps are made: T0 selects its
+/// sets, T1 follows them.
+struct OraclePair {
+  Oracle exact, emul;
+  OraclePair(const Config& cfg, const std::shared_ptr<const Weights>& w, int num_blocks)
+      : exact(cfg, w, Mode::exact, num_blocks), emul(cfg, w, Mode::emulated, num_blocks) {}
+  void step(const Config& cfg, const StepInput& in, std::vector<StepTrace>& t0s,
+            std::vector<StepTrace>& t1s) {
     StepTrace t0 = exact.step(in);
-    out.second.push_back(emul.step(in, StepOptions::follow(c.cfg, t0)));
-    out.first.push_back(std::move(t0));
+    t1s.push_back(emul.step(in, StepOptions::follow(cfg, t0)));
+    t0s.push_back(std::move(t0));
   }
+};
+
+/// T1 as a golden file stores it: each tensor rounded to its storage dtype (the writer's
+/// conversion of float32 and bfloat16 datasets).
+void round_to_storage(const Config& cfg, std::vector<StepTrace>& steps) {
+  const auto round = [&](Tensor& t) {
+    const DType dt = storage_dtype(cfg, t.name);
+    for (double& v : t.data)
+      v = dt == DType::float32    ? static_cast<double>(static_cast<float>(v))
+          : dt == DType::bfloat16 ? round_bf16(v)
+                                  : v;
+  };
+  for (StepTrace& st : steps) {
+    for (LayerTrace& lt : st.layers)
+      for (Tensor& t : lt.tensors) round(t);
+    round(st.output);
+  }
+}
+
+}  // namespace
+
+std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c) {
+  OraclePair oracles(c.cfg, std::make_shared<const Weights>(c.weights), c.num_blocks);
+  std::pair<std::vector<StepTrace>, std::vector<StepTrace>> out;
+  for (const StepInput& in : c.steps) oracles.step(c.cfg, in, out.first, out.second);
+  round_to_storage(c.cfg, out.second);
   return out;
 }
 
@@ -486,17 +519,13 @@ GoldenCase generate(const CaseSpec& spec, const std::string& generator,
   c.tolerance_profile = std::string(to_string(spec.cfg.precision));
   c.num_blocks = spec.num_blocks;
   c.weights = Weights::generate(spec.cfg, spec.seed);
-  const auto w = std::make_shared<const Weights>(c.weights);
-  Oracle exact(spec.cfg, w, Mode::exact, spec.num_blocks);
-  Oracle emul(spec.cfg, w, Mode::emulated, spec.num_blocks);
+  OraclePair oracles(spec.cfg, std::make_shared<const Weights>(c.weights), spec.num_blocks);
   ScenarioBuilder builder(spec.cfg, spec.seed, spec.num_blocks);
   const int n = static_cast<int>(spec.steps.size());
   for (int s = 0; s < n; ++s) {
     const StepPlan& p = spec.steps[s];
     StepInput in = builder.step(p.requests, p.capture_size, Poison::nan);
-    StepTrace t0 = exact.step(in);
-    c.emulated.push_back(emul.step(in, StepOptions::follow(spec.cfg, t0)));
-    c.expected.push_back(std::move(t0));
+    oracles.step(spec.cfg, in, c.expected, c.emulated);
     c.steps.push_back(std::move(in));
     for (int id : p.finish_after) builder.finish(id);
     if (progress) progress(s + 1, n);

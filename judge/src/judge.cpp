@@ -15,7 +15,23 @@ void fail(Judgement& j, int step, int layer, const std::string& stage, std::stri
   j.failures.push_back(std::move(line));
 }
 
+/// "step2/layer1/" ("step2/" for the output, layer -1).
+std::string step_layer(int step, int layer) {
+  return "step" + std::to_string(step) + "/" +
+         (layer < 0 ? std::string() : "layer" + std::to_string(layer) + "/");
+}
+
+/// A failed top-k row of token t.
+void fail_row(Judgement& j, int step, int layer, int t, const std::string& why) {
+  fail(j, step, layer, "topk",
+       step_layer(step, layer) + "topk token " + std::to_string(t) + ": " + why);
+}
+
 }  // namespace
+
+std::string Judgement::Row::stage_path() const {
+  return layer < 0 ? stage : "layer" + std::to_string(layer) + "/" + stage;
+}
 
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp,
@@ -34,9 +50,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     for (double a : sc.abs_terms) eps = std::max(eps, index_score_eps(cfg, a));
     ++j.topk_rows;
     if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
-      fail(j, s, l, "topk",
-           "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/topk token " +
-               std::to_string(t) + ": " + why);
+      fail_row(j, s, l, t, why);
   };
   const std::size_t n = std::min(steps.size(), gpu.size());
   for (std::size_t s = 0; s < n; ++s) {
@@ -64,9 +78,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         if (const std::string why =
                 check_topk_row(row_of(t), std::vector<double>(in.positions[t] + 1, 0.0), K, 0.0);
             !why.empty())
-          fail(j, si, l, "topk",
-               "step" + std::to_string(s) + "/layer" + std::to_string(l) + "/topk token " +
-                   std::to_string(t) + ": " + why);
+          fail_row(j, si, l, t, why);
       const Tensor *q8 = lt.find("qI8"), *omega = lt.find("omega");
       if (!(own_keys[l] && q8 && omega)) {
         against_t0.push_back(l);
@@ -117,8 +129,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     Judgement::Row row{d.step,        d.layer, d.stage,           d.provided,
                        d.result.pass, 0.0,     d.result.summary()};
     if (!d.provided && partial) {
-      const std::string name =
-          d.layer < 0 ? d.stage : "layer" + std::to_string(d.layer) + "/" + d.stage;
+      const std::string name = row.stage_path();
       if (std::find(j.not_provided.begin(), j.not_provided.end(), name) == j.not_provided.end())
         j.not_provided.push_back(name);
       row.pass = false;
@@ -149,8 +160,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
 }
 
 std::string Divergence::where() const {
-  return "step" + std::to_string(step) + "/" +
-         (layer < 0 ? std::string() : "layer" + std::to_string(layer) + "/") + stage;
+  return step_layer(step, layer) + stage;
 }
 
 Divergence first_divergence(const Config& cfg, const std::vector<StepTrace>& a,
@@ -180,8 +190,7 @@ std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
   const Divergence d = first_divergence(cfg, a, b);
   if (!d.found()) return "";
   if (d.stage == "steps") return d.detail;
-  return "step" + std::to_string(d.step) + "/" +
-         (d.layer < 0 ? std::string() : "layer" + std::to_string(d.layer) + "/") + d.detail;
+  return step_layer(d.step, d.layer) + d.detail;
 }
 
 }  // namespace dsv32

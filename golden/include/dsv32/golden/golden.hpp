@@ -52,7 +52,8 @@ GoldenCase read(const std::string& path);
 std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden);
 
 /// `c`'s expected (T0) and emulated (T1, following T0's sets) traces recomputed by this
-/// oracle from `c`'s own config, weights and inputs, as `generate` makes them.
+/// oracle from `c`'s own config, weights and inputs, as `generate` makes them and a golden file
+/// stores them (T1 rounded to its storage dtypes).
 std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c);
 
 /// One step of a case plan: requests with new-token counts, capture size, ids finished after.

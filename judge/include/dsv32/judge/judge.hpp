@@ -34,6 +34,8 @@ struct Judgement {
     bool provided = true, pass = true;
     double ratio = 0.0;  // max_err / tol of a tolerance-gated stage, else 0
     std::string summary;
+    /// "layer0/q_c", or "output".
+    std::string stage_path() const;
   };
   std::vector<Row> rows;
 };
