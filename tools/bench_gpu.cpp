@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
 #if DSV32_HAVE_CUDA
@@ -223,7 +224,7 @@ int run_per_op(const Options& o) {
     }
     out["presets"][name] = pj;
   }
-  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   return kExitPass;
 }
 
@@ -315,7 +316,7 @@ int run_ablate(const Options& o) {
   fmt::print(
       "A launch left out leaves its outputs as the step before wrote them: the step's "
       "results are wrong by design, only its time counts.\n");
-  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   return kExitPass;
 }
 #endif
@@ -379,7 +380,7 @@ int run(const Options& o) {
     }
   }
   fmt::print("cells: ms per step (speed-up over eager)\n");
-  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   return kExitPass;
 #else
   (void)o;
@@ -395,21 +396,26 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand("bench-gpu", "Step time of every plan, side by side");
   sub->add_option("--preset", o->preset, "Config preset")->capture_default_str();
   sub->add_option("--layers", o->layers, "Layers (all F)")
-      ->check(CLI::Range(1, 64))
+      ->check(int_in(1, 64))
       ->capture_default_str();
-  sub->add_option("--context", o->context, "Cached tokens per request")->capture_default_str();
-  sub->add_option("--decode", o->decode, "Decode batch sizes")->capture_default_str();
-  sub->add_option("--repeats", o->repeats, "Timed replays per cell")->check(CLI::PositiveNumber);
+  sub->add_option("--context", o->context, "Cached tokens per request")
+      ->check(int_in(0, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--decode", o->decode, "Decode batch sizes")
+      ->check(int_in(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--repeats", o->repeats, "Timed replays per cell")->check(int_in(1, 100000));
   sub->add_option("--tp", o->tp,
                   "Tensor-parallel sizes, one table each (tp GPUs, num_heads / tp heads each)")
-      ->check(CLI::Range(1, 64))
+      ->check(int_in(1, 64))
       ->capture_default_str();
-  sub->add_option("--json", o->json, "Also write the results as JSON");
+  sub->add_option("--json", o->json, "Also write the results as JSON")->check(kOutputFile);
   sub->add_flag("--per-op", o->per_op,
                 "Per-op times of one F layer against bandwidth floors (--context, --repeats)");
   sub->add_option("--per-op-presets", o->per_op_presets, "Presets of --per-op")
       ->capture_default_str();
   sub->add_option("--per-op-tokens", o->per_op_tokens, "Token counts of --per-op")
+      ->check(int_in(1, 1 << 16))
       ->capture_default_str();
   sub->add_flag("--per-op-eager", o->per_op_eager,
                 "Launch each op's repeats eagerly (host launches included) instead of timing "

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/oracle/memory.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/oracle.hpp"
@@ -169,7 +170,7 @@ void run(const Options& o) {
       out["cases"].push_back(jc);
     }
   }
-  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
 }
 
 }  // namespace
@@ -179,15 +180,19 @@ void add_bench_oracle(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand("bench-oracle", "Time the oracle per op at full sizes");
   sub->add_option("--preset", o->preset, "Config preset")->capture_default_str();
   sub->add_option("--context", o->context, "Cached tokens per decode request")
+      ->check(int_in(0, 1 << 20))
       ->capture_default_str();
   sub->add_option("--decode", o->decode, "Decode batch sizes (one token per request)")
+      ->check(int_in(1, 4096))
       ->capture_default_str();
-  sub->add_option("--prefill", o->prefill, "Prefill tokens (0: none)")->capture_default_str();
+  sub->add_option("--prefill", o->prefill, "Prefill tokens (0: none)")
+      ->check(int_in(0, 1 << 16))
+      ->capture_default_str();
   sub->add_option("--modes", o->modes, "exact and/or emulated")
       ->check(CLI::IsMember({"exact", "emulated"}))
       ->capture_default_str();
-  sub->add_option("--repeats", o->repeats, "Timed steps per case")->check(CLI::PositiveNumber);
-  sub->add_option("--json", o->json, "Also write the results as JSON");
+  sub->add_option("--repeats", o->repeats, "Timed steps per case")->check(int_in(1, 100000));
+  sub->add_option("--json", o->json, "Also write the results as JSON")->check(kOutputFile);
   sub->callback([o, &exit_code] {
     run(*o);
     exit_code = kExitPass;

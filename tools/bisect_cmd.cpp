@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/bisect.hpp"
@@ -74,7 +75,7 @@ int run(const Options& o) {
                               {"detail", r.detail},
                               {"runs", r.runs}});
   }
-  if (!o.json.empty()) std::ofstream(o.json) << out.dump(2) << "\n";
+  if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   if (o.all_mutants) {
     fmt::print("{} of {} mutants caught\n", diverged, mutants.size());
     return unnoticed == 0 ? kExitPass : kExitFail;
@@ -94,12 +95,12 @@ void add_bisect(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand(
       "bisect", "Name the op whose move across the eager boundary breaks a plan");
   sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")
-      ->check(CLI::ExistingFile);
+      ->check(kInputFile);
   sub->add_option("--case", o->case_name, "A registry case, generated now (e.g. mutant-bait)");
   sub->add_option("--plan", o->plan, "The plan that misbehaves")->capture_default_str();
   sub->add_option("--mutant", o->mutant, "Switch on a mutant of BOUNDARIES.md section 4");
   sub->add_flag("--all-mutants", o->all_mutants, "Bisect every mutant in turn (a table)");
-  sub->add_option("--json", o->json, "Also write the results as JSON");
+  sub->add_option("--json", o->json, "Also write the results as JSON")->check(kOutputFile);
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

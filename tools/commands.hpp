@@ -2,11 +2,71 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
+#include <string>
+
+#include "dsv32/golden/files.hpp"
 
 namespace dsv32::tools {
 
 /// Exit codes: 0 all checks passed, 1 a check failed, 2 bad usage or bad input.
 inline constexpr int kExitPass = 0, kExitFail = 1, kExitUsage = 2;
+
+/// An input file: an existing regular file (a FIFO would block, a directory is not a file).
+inline const CLI::Validator kInputFile(
+    [](std::string& path) {
+      const std::string why = files::not_regular_file_reason(path);
+      return why.empty() ? std::string() : path + ": " + why;
+    },
+    "FILE");
+/// An output file: its directory exists and is writable, and it is not a directory; checked
+/// before the work starts, so a long job cannot end in an output it could never write.
+inline const CLI::Validator kOutputFile(
+    [](std::string& path) {
+      try {
+        files::require_writable_location(path);
+      } catch (const files::WriteError& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    },
+    "FILE");
+
+/// An integer option in [lo, hi]: "'two' is not an integer", "0 is outside [1, 1000]".
+inline CLI::Validator int_in(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) {
+        std::size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return "'" + text + "' is not an integer";
+        if (v < lo || v > hi)
+          return text + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        return std::string();
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+/// A real option in (0, hi]: "'x' is not a number", "0 must be > 0 and <= ...".
+inline CLI::Validator positive_up_to(double hi) {
+  return CLI::Validator(
+      [hi](std::string& text) {
+        std::size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size()) return "'" + text + "' is not a number";
+        if (!(v > 0 && v <= hi)) return text + " must be > 0 and <= " + std::to_string(hi);
+        return std::string();
+      },
+      "NUMBER in (0, " + std::to_string(hi) + "]");
+}
 
 void add_selfcheck(CLI::App& app, int& exit_code);
 void add_bench_oracle(CLI::App& app, int& exit_code);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 
@@ -17,13 +18,17 @@ struct Options {
   std::string group = "expected";
   bool all_rows = false;
   std::string json;
+  double max_gib = 16;
 };
 
 int run(const Options& o) {
-  const golden::GoldenCase cand = golden::read(o.candidate);
-  const golden::GoldenCase ref = golden::read(o.reference);
+  golden::ReadLimits limits;
+  limits.max_bytes = o.max_gib * (1ull << 30);
+  const golden::GoldenCase cand = golden::read(o.candidate, limits);
+  const golden::GoldenCase ref = golden::read(o.reference, limits);
   if (!(cand.cfg == ref.cfg)) {
-    fmt::print(stderr, "dsv32 diff: the two files have different configs\n");
+    fmt::print(stderr, "dsv32 diff: the two files have different configs: {}\n",
+               golden::config_difference(cand.cfg, ref.cfg));
     return kExitUsage;
   }
   const auto& traces = o.group == "emulated" ? cand.emulated : cand.expected;
@@ -71,7 +76,7 @@ int run(const Options& o) {
                              {"note", d.result.note}});
     j["first_divergent"] = first ? first->where() : "";
     j["pass"] = bad == 0;
-    std::ofstream(o.json) << j.dump(2) << "\n";
+    files::write_atomically(o.json, j.dump(2) + "\n");
   }
   return bad == 0 ? kExitPass : kExitFail;
 }
@@ -81,15 +86,18 @@ int run(const Options& o) {
 void add_diff(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("diff", "Compare a golden (or dump) with a reference golden");
-  sub->add_option("candidate", o->candidate, "File to judge")->required()->check(CLI::ExistingFile);
+  sub->add_option("candidate", o->candidate, "File to judge")->required()->check(kInputFile);
   sub->add_option("reference", o->reference, "Reference golden file")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(kInputFile);
   sub->add_option("--group", o->group, "Candidate group to judge")
       ->check(CLI::IsMember({"expected", "emulated"}))
       ->capture_default_str();
   sub->add_flag("--all-rows", o->all_rows, "Print passing stages too");
-  sub->add_option("--json", o->json, "Also write the comparison as JSON");
+  sub->add_option("--json", o->json, "Also write the comparison as JSON")->check(kOutputFile);
+  sub->add_option("--max-gib", o->max_gib, "Refuse files whose tensors need more memory")
+      ->check(positive_up_to(1 << 20))
+      ->capture_default_str();
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

@@ -4,9 +4,12 @@
 #include <exception>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/h5.hpp"
 
 int main(int argc, char** argv) {
+  // A temporary file is removed on SIGINT/SIGTERM; a file-size limit is a write error.
+  dsv32::files::install_signal_cleanup();
   CLI::App app{"dsv32-oracle: DeepSeek-V3.2 attention oracle and boundary test suite"};
   app.require_subcommand(1);
   int exit_code = dsv32::tools::kExitPass;
@@ -24,6 +27,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : dsv32::tools::kExitUsage;
+  } catch (const dsv32::files::WriteError& e) {
+    fmt::print(stderr, "dsv32: cannot write: {}\n", e.what());
+    return dsv32::tools::kExitUsage;
   } catch (const dsv32::h5::GoldenError& e) {
     fmt::print(stderr, "dsv32: bad golden file: {}\n", e.what());
     return dsv32::tools::kExitUsage;

@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "dsv32/golden/case_file.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/judge/judge.hpp"
 #include "version.hpp"
@@ -36,8 +37,10 @@ struct Options {
 /// (judged as a candidate); `--bitwise` asks for the same bits.
 int check(const Options& o) {
   int rc = kExitPass;
+  golden::ReadLimits limits;
+  limits.max_bytes = o.max_gib * (1ull << 30);
   for (const std::string& path : o.check) {
-    const golden::GoldenCase gc = golden::read(path);
+    const golden::GoldenCase gc = golden::read(path, limits);
     const auto [t0, t1] = golden::recompute(gc);
     const Divergence d0 = first_divergence(gc.cfg, t0, gc.expected);
     const Divergence d1 = first_divergence(gc.cfg, t1, gc.emulated);
@@ -93,6 +96,11 @@ int generate(const Options& o) {
   for (const std::string& n : o.cases) todo.push_back(golden::find_case(n));
   const std::size_t first_spec = todo.size();  // todo[first_spec..] come from case files
   for (const std::string& path : o.specs) todo.push_back(golden::read_case_file(path));
+  for (std::size_t i = 0; i < todo.size(); ++i)
+    for (std::size_t k = 0; k < i; ++k)
+      if (todo[k].name == todo[i].name)
+        throw CLI::ValidationError(
+            "golden", "case " + todo[i].name + " is asked for twice (--case, --spec or --all)");
   if (todo.empty())
     throw CLI::ValidationError("golden", "give --case NAME, --spec FILE, --all or --list");
   // What each case will cost, before any starts; a case over the bound is refused.
@@ -134,7 +142,7 @@ int generate(const Options& o) {
     if (i >= first_spec) {
       const std::string skeleton =
           (std::filesystem::path(o.out) / (spec.name + ".candidate.json")).string();
-      std::ofstream(skeleton) << golden::candidate_skeleton(spec);
+      files::write_atomically(skeleton, golden::candidate_skeleton(spec));
       fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "", "", "", "", skeleton);
     }
     manifest["cases"].push_back(
@@ -165,7 +173,7 @@ int generate(const Options& o) {
   merged["cases"] = cases;
   merged["schema_version"] = golden::kSchemaVersion;
   merged.erase("generator");  // each file records its own generator
-  std::ofstream(mpath) << merged.dump(2) << "\n";
+  files::write_atomically(mpath.string(), merged.dump(2) + "\n");
   return kExitPass;
 }
 
@@ -179,10 +187,11 @@ void add_golden(CLI::App& app, int& exit_code) {
   sub->add_option("--spec", o->specs,
                   "Generate the case of this case file (repeatable; docs/CASES.md), with the "
                   "skeleton of a candidate for it")
-      ->check(CLI::ExistingFile);
+      ->check(kInputFile);
   sub->add_option("--max-gib", o->max_gib,
-                  "Refuse a case whose estimated memory exceeds this many GiB")
-      ->check(CLI::PositiveNumber)
+                  "Refuse a case whose estimated memory (or, with --check, a file whose tensors) "
+                  "exceeds this many GiB")
+      ->check(positive_up_to(1 << 20))
       ->capture_default_str();
   sub->add_flag("--all", o->all, "Generate every committed case and MANIFEST.json");
   sub->add_option("--out", o->out, "Output directory")->default_val(".");
@@ -191,7 +200,7 @@ void add_golden(CLI::App& app, int& exit_code) {
   sub->add_option("--check", o->check,
                   "Recompute these golden files' expected tensors from their own config, weights "
                   "and inputs and compare (pass: the same bits, or within TESTING.md's gates)")
-      ->check(CLI::ExistingFile);
+      ->check(kInputFile);
   sub->add_flag("--bitwise", o->bitwise, "With --check: pass only on the same bits");
   sub->callback([o, &exit_code] {
     exit_code = o->list ? list() : !o->check.empty() ? check(*o) : generate(*o);

@@ -74,12 +74,12 @@ void add_gpu(CLI::App& app, int& exit_code) {
       app.add_subcommand("gpu", "Run a golden case on the GPU under a plan and judge it");
   sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(kInputFile);
   sub->add_option("--plan", o->plan, "eager, breakable-eager, wide, narrow, narrow-copy")
       ->capture_default_str();
   sub->add_option("--tp", o->tp,
                   "Tensor-parallel ranks, one GPU each (each holds num_heads / tp heads)")
-      ->check(CLI::Range(1, 64))
+      ->check(int_in(1, 64))
       ->capture_default_str();
   sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file");
   sub->callback([o, &exit_code] { exit_code = run(*o); });

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/judge/judge.hpp"
 
@@ -19,6 +20,7 @@ namespace {
 struct Options {
   std::string candidate, golden, json;
   int tp = 1;
+  double max_gib = 16;
 };
 
 /// One (layer, stage) over the steps: its status and worst gate ratio.
@@ -30,8 +32,10 @@ struct StageLine {
 };
 
 int run(const Options& o) {
-  const golden::GoldenCase gc = golden::read(o.golden);
-  const std::vector<StepTrace> cand = golden::read_candidate(o.candidate, gc);
+  golden::ReadLimits limits;
+  limits.max_bytes = o.max_gib * (1ull << 30);
+  const golden::GoldenCase gc = golden::read(o.golden, limits);
+  const std::vector<StepTrace> cand = golden::read_candidate(o.candidate, gc, limits);
   fmt::print(stderr, "  judging {} step(s) of {} against case {}\n", cand.size(), o.candidate,
              gc.case_id);
   const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
@@ -101,7 +105,7 @@ int run(const Options& o) {
                                                  {"layer", j.first_layer},
                                                  {"stage", j.first_stage},
                                                  {"message", j.failures.front()}};
-    std::ofstream(o.json) << out.dump(2) << "\n";
+    files::write_atomically(o.json, out.dump(2) + "\n");
   }
   return pass ? kExitPass : kExitFail;
 }
@@ -114,15 +118,18 @@ void add_judge(CLI::App& app, int& exit_code) {
       "judge", "Judge any implementation's traces (docs/CANDIDATE.md) against a golden case");
   sub->add_option("candidate", o->candidate, "Candidate file: /steps/step{s}/expected/...")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(kInputFile);
   sub->add_option("--golden", o->golden, "Golden file the candidate ran")
       ->required()
-      ->check(CLI::ExistingFile);
-  sub->add_option("--json", o->json, "Also write the report as JSON");
+      ->check(kInputFile);
+  sub->add_option("--json", o->json, "Also write the report as JSON")->check(kOutputFile);
+  sub->add_option("--max-gib", o->max_gib, "Refuse files whose tensors need more memory")
+      ->check(positive_up_to(1 << 20))
+      ->capture_default_str();
   sub->add_option("--tp", o->tp,
                   "The candidate ran as tp tensor-parallel ranks (T1 rounds each rank's o_proj "
                   "partial)")
-      ->check(CLI::Range(1, 64))
+      ->check(int_in(1, 64))
       ->capture_default_str();
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }

@@ -1,13 +1,11 @@
 #include "report.hpp"
 
+#include "dsv32/golden/files.hpp"
+
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 
 namespace dsv32::tools {
 
@@ -36,14 +34,7 @@ void write_verdicts_json(const std::string& path, const std::string& title,
     ok = ok && v.status != "FAIL";
   }
   j["pass"] = ok;
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-    f << j.dump(2) << "\n";
-    if (!f) throw std::runtime_error("write failed: " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  files::write_atomically(path, j.dump(2) + "\n");
 }
 
 }  // namespace dsv32::tools

@@ -4,12 +4,11 @@
 // groups are sized from when ctest starts (cmake/Dsv32TestResources.cmake).
 #include <fmt/core.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
 #endif
@@ -32,25 +31,9 @@ int run(const Options& o) {
   for (int i = 0; i < n; ++i) gpus.push_back({{"id", std::to_string(i)}, {"slots", o.slots}});
   const nlohmann::json spec = {{"version", {{"major", 1}, {"minor", 0}}},
                                {"local", nlohmann::json::array({{{"gpus", gpus}}})}};
-  // Written whole or not at all: a temporary file renamed into place.
-  const std::filesystem::path path(o.out), tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << spec.dump(2) << "\n";
-    if (!f.flush()) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      fmt::print(stderr, "dsv32 resource-spec: cannot write {}\n", tmp.string());
-      return kExitUsage;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fmt::print(stderr, "dsv32 resource-spec: cannot write {}: {}\n", path.string(), ec.message());
-    return kExitUsage;
-  }
+  // Written whole or not at all; a failure names the file and the reason.
+  const std::filesystem::path path(o.out);
+  files::write_atomically(path.string(), spec.dump(2) + "\n");
   fmt::print("dsv32 resource-spec: {} GPU{} with {} slot{} each -> {}\n", n, n == 1 ? "" : "s",
              o.slots, o.slots == 1 ? "" : "s", path.string());
   if (n == 0)
@@ -68,11 +51,13 @@ void add_resource_spec(CLI::App& app, int& exit_code) {
       app.add_subcommand("resource-spec",
                          "Write the CTest resource spec for the visible GPUs (ctest -L gpu -j N "
                          "--resource-spec-file FILE spreads the GPU tests over them)");
-  cmd->add_option("-o,--output", o->out, "Where to write it")->capture_default_str();
+  cmd->add_option("-o,--output", o->out, "Where to write it")
+      ->check(kOutputFile)
+      ->capture_default_str();
   cmd->add_option("--slots-per-gpu", o->slots,
                   "Single-GPU tests that may share one GPU at a time (multi-GPU tests take "
                   "whole GPUs)")
-      ->check(CLI::Range(1, 64))
+      ->check(int_in(1, 64))
       ->capture_default_str();
   cmd->callback([o, &exit_code] { exit_code = run(*o); });
 }

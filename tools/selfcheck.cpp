@@ -202,8 +202,9 @@ void add_selfcheck(CLI::App& app, int& exit_code) {
   CLI::App* sub = app.add_subcommand("selfcheck", "Verdict table for the default scenario");
   sub->add_option("--scenario", o->scenario, "Registry case to judge")->capture_default_str();
   sub->add_option("--fixtures", o->fixtures, "Directory of committed goldens")
+      ->check(CLI::ExistingDirectory)
       ->capture_default_str();
-  sub->add_option("--json", o->json, "Also write the verdicts as JSON here");
+  sub->add_option("--json", o->json, "Also write the verdicts as JSON here")->check(kOutputFile);
   sub->callback([o, &exit_code] {
     const std::vector<Verdict> rows = run(*o);
     const std::string title = fmt::format("dsv32 selfcheck: scenario {}", o->scenario);

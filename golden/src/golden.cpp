@@ -13,16 +13,50 @@ namespace {
 
 using nlohmann::json;
 using Shape = std::vector<std::int64_t>;
+using h5::Budget;
 
-template <class T>
-T required(const json& j, const char* key) {
+const json& member(const json& j, const char* key, const char* where) {
   if (!j.contains(key))
-    throw h5::GoldenError(std::string("config JSON: missing key '") + key + "'");
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception& e) {
-    throw h5::GoldenError(std::string("config JSON: key '") + key + "': " + e.what());
-  }
+    throw h5::GoldenError(std::string("config JSON: missing key '") + where + key + "'");
+  return j.at(key);
+}
+
+std::string shown(const json& v) {
+  const std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+/// An integer key: a JSON integer (not a float, not a boolean) that fits in int32 (the
+/// config's own bounds are Config::validate's).
+int required_int(const json& j, const char* key, const char* where = "") {
+  const json& v = member(j, key, where);
+  const auto fail = [&](const char* what) {
+    throw h5::GoldenError(std::string("config JSON: key '") + where + key + "': expected " + what +
+                          ", got " + shown(v));
+  };
+  if (!v.is_number_integer()) fail("an integer");
+  if (v.is_number_unsigned()
+          ? v.get<std::uint64_t>() > INT32_MAX
+          : v.get<std::int64_t>() < INT32_MIN || v.get<std::int64_t>() > INT32_MAX)
+    fail("an integer that fits in int32");
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
+/// A real key: a finite JSON number (not a boolean).
+double required_real(const json& j, const char* key, const char* where = "") {
+  const json& v = member(j, key, where);
+  if (!v.is_number() || !std::isfinite(v.get<double>()))
+    throw h5::GoldenError(std::string("config JSON: key '") + where + key +
+                          "': expected a finite number, got " + shown(v));
+  return v.get<double>();
+}
+
+std::string required_string(const json& j, const char* key, const char* where = "") {
+  const json& v = member(j, key, where);
+  if (!v.is_string())
+    throw h5::GoldenError(std::string("config JSON: key '") + where + key +
+                          "': expected a string, got " + shown(v));
+  return v.get<std::string>();
 }
 
 Shape stage_shape(const Config& c, const std::string& s, std::int64_t Ta) {
@@ -76,11 +110,23 @@ void write_trace(const h5::Group& g, const Config& cfg, const StepTrace& tr, boo
   if (tick) tick();
 }
 
-void refuse_nan(const h5::Group& g, const Tensor& t) {
+/// Refuses NaN and +-Inf, naming the dataset and the element: one Inf in a reference turns
+/// its gate off (tolerances and caps are computed from it).
+void refuse_non_finite(const h5::Group& g, const Tensor& t) {
   for (std::size_t i = 0; i < t.data.size(); ++i)
-    if (std::isnan(t.data[i]))
-      throw h5::GoldenError(g.where(t.name) + ": NaN at " +
-                            t.index_string(static_cast<std::int64_t>(i)));
+    if (!std::isfinite(t.data[i]))
+      throw h5::GoldenError(g.where(t.name) + ": " +
+                            (std::isnan(t.data[i]) ? "NaN"
+                             : t.data[i] > 0       ? "+Inf"
+                                                   : "-Inf") +
+                            " at " + t.index_string(static_cast<std::int64_t>(i)));
+}
+
+/// A finite tensor of `shape`.
+Tensor read_finite(const h5::Group& g, const std::string& name, DType dt, const Shape& shape) {
+  Tensor t = g.read(name, dt, shape);
+  refuse_non_finite(g, t);
+  return t;
 }
 
 StepTrace read_trace(const h5::Group& g, const Config& cfg, std::int64_t Ta, bool exact) {
@@ -90,23 +136,112 @@ StepTrace read_trace(const h5::Group& g, const Config& cfg, std::int64_t Ta, boo
     LayerTrace lt;
     for (const std::string& s : layer_stage_names()) {
       if (is_indexer_stage(s) && !cfg.is_full_layer(l)) continue;
-      lt.tensors.push_back(lg.read(s, trace_dtype(cfg, s, exact), stage_shape(cfg, s, Ta)));
-      refuse_nan(lg, lt.tensors.back());
+      lt.tensors.push_back(read_finite(lg, s, trace_dtype(cfg, s, exact), stage_shape(cfg, s, Ta)));
     }
     tr.layers.push_back(std::move(lt));
   }
-  tr.output = g.read("output", trace_dtype(cfg, "output", exact), stage_shape(cfg, "output", Ta));
-  refuse_nan(g, tr.output);
+  tr.output =
+      read_finite(g, "output", trace_dtype(cfg, "output", exact), stage_shape(cfg, "output", Ta));
   return tr;
 }
 
-/// 1 + the largest physical block any step's block table names (at least 1).
-int blocks_named(const h5::Group& steps) {
-  double top = 0;
-  for (int s = 0; steps.has("step" + std::to_string(s)); ++s) {
-    const h5::Group ig = steps.child("step" + std::to_string(s), false).child("inputs", false);
-    for (const double b : ig.read("block_table", DType::int32).data) top = std::max(top, b);
+/// The number of steps of /steps: its members must be exactly step0..step{n-1}, n >= 1 (a
+/// missing step would drop the later ones; an unknown member is another layout).
+int count_steps(const h5::Group& sg, int max_steps) {
+  const std::vector<std::string> names = sg.names();
+  std::vector<bool> seen;
+  for (const std::string& n : names) {
+    bool ok =
+        n.size() > 4 && n.size() <= 9 && n.rfind("step", 0) == 0 && (n[4] != '0' || n.size() == 5);
+    for (std::size_t i = 4; ok && i < n.size(); ++i) ok = n[i] >= '0' && n[i] <= '9';
+    if (!ok)
+      throw h5::GoldenError(sg.where(n) +
+                            ": not a step (the members of /steps are step0, step1, ...)");
+    const int s = std::stoi(n.substr(4));
+    if (s >= max_steps)
+      throw h5::GoldenError(sg.where(n) + ": more than the reader's limit of " +
+                            std::to_string(max_steps) + " steps");
+    if (static_cast<int>(seen.size()) <= s) seen.resize(s + 1, false);
+    seen[s] = true;
   }
+  if (seen.empty()) throw h5::GoldenError(sg.where("step0") + ": missing group (no steps)");
+  for (std::size_t s = 0; s < seen.size(); ++s)
+    if (!seen[s])
+      throw h5::GoldenError(sg.where("step" + std::to_string(s)) + ": missing group (step" +
+                            std::to_string(seen.size() - 1) + " exists; steps run in order)");
+  return static_cast<int>(seen.size());
+}
+
+/// Block table entries as GOLDEN.md has them: block ids in [0, num_blocks) and then only -1
+/// (no hole, no other negative value, no id twice in a step). `num_blocks` 0: not known yet.
+void check_block_table(const h5::Group& ig, const Tensor& table, int num_blocks) {
+  const std::int64_t R = table.shape[0], W = table.shape[1];
+  std::vector<std::int64_t> owner(static_cast<std::size_t>(num_blocks > 0 ? num_blocks : 0), -1);
+  for (std::int64_t r = 0; r < R; ++r) {
+    std::int64_t pad = -1;  // first -1 of the row
+    for (std::int64_t k = 0; k < W; ++k) {
+      const double v = table.data[r * W + k];
+      const auto at = [&] {
+        return ig.where("block_table") + ": entry (" + std::to_string(r) + ", " +
+               std::to_string(k) + ") = " + std::to_string(static_cast<long long>(v));
+      };
+      if (v == -1) {
+        if (pad < 0) pad = k;
+        continue;
+      }
+      if (v < 0)
+        throw h5::GoldenError(at() + ": a block id is >= 0, or -1 past the request's blocks");
+      if (pad >= 0)
+        throw h5::GoldenError(at() + " follows -1 at (" + std::to_string(r) + ", " +
+                              std::to_string(pad) + "): a block table has no holes");
+      if (num_blocks > 0) {
+        if (v >= num_blocks)
+          throw h5::GoldenError(at() + ": outside the cache's " + std::to_string(num_blocks) +
+                                " blocks");
+        std::int64_t& o = owner[static_cast<std::size_t>(v)];
+        if (o >= 0)
+          throw h5::GoldenError(at() + ": block already named by request " + std::to_string(o) +
+                                " in this step");
+        o = r;
+      }
+    }
+  }
+}
+
+/// The widest block table a reader takes: every block of the cache, or a table padded to a
+/// fixed width (vLLM pads to max_model_len / B) up to 2^16 entries.
+std::int64_t max_table_width(int num_blocks) {
+  return std::max<std::int64_t>(num_blocks, 1 << 16);
+}
+
+/// The block table of a step's inputs, R rows, checked.
+Tensor read_block_table(const h5::Group& ig, std::int64_t R, int num_blocks, int max_num_blocks) {
+  // Bounded before the values are read: a declared width is not its storage.
+  const Tensor table = ig.read(
+      "block_table", DType::int32, std::nullopt,
+      std::max<std::int64_t>(R, 1) * max_table_width(num_blocks > 0 ? num_blocks : max_num_blocks));
+  if (table.shape.size() != 2 || table.shape[0] != R)
+    throw h5::GoldenError(ig.where("block_table") + ": shape " + table.shape_string() +
+                          ", expected (" + std::to_string(R) + ", max_blocks)");
+  check_block_table(ig, table, num_blocks);
+  return table;
+}
+
+/// 1 + the largest physical block any step's block table names (at least 1), for a file
+/// without our num_blocks attribute.
+int blocks_named(const h5::Group& steps, int n_steps, const ReadLimits& limits) {
+  double top = 0;
+  for (int s = 0; s < n_steps; ++s) {
+    const h5::Group ig = steps.child("step" + std::to_string(s), false).child("inputs", false);
+    const Tensor ctx = ig.read("ctx_len", DType::int32, std::nullopt, limits.max_tokens);
+    const Tensor table =
+        read_block_table(ig, ctx.shape.empty() ? 0 : ctx.shape[0], 0, limits.max_num_blocks);
+    for (const double b : table.data) top = std::max(top, b);
+  }
+  if (top + 1 > limits.max_num_blocks)
+    throw h5::GoldenError(
+        steps.where() + ": block id " + std::to_string(static_cast<long long>(top)) +
+        " is past the reader's limit of " + std::to_string(limits.max_num_blocks) + " blocks");
   return static_cast<int>(top) + 1;
 }
 
@@ -158,48 +293,64 @@ Config config_from_json(const std::string& text) {
   } catch (const json::exception& e) {
     throw h5::GoldenError(std::string("config JSON: ") + e.what());
   }
+  if (!j.is_object())
+    throw h5::GoldenError("config JSON: expected an object of GOLDEN.md's keys, got " +
+                          std::string(j.type_name()) + " " + shown(j));
   Config c;
-  c.name = j.value("name", std::string("custom"));
-  c.num_layers = required<int>(j, "num_layers");
-  c.hidden_size = required<int>(j, "hidden_size");
-  c.num_heads = required<int>(j, "num_heads");
-  c.q_lora_rank = required<int>(j, "q_lora_rank");
-  c.kv_lora_rank = required<int>(j, "kv_lora_rank");
-  c.qk_nope_head_dim = required<int>(j, "qk_nope_head_dim");
-  c.qk_rope_head_dim = required<int>(j, "qk_rope_head_dim");
-  c.v_head_dim = required<int>(j, "v_head_dim");
-  c.index_n_heads = required<int>(j, "index_n_heads");
-  c.index_head_dim = required<int>(j, "index_head_dim");
-  c.index_topk = required<int>(j, "index_topk");
-  c.rms_norm_eps = required<double>(j, "rms_norm_eps");
-  c.indexer_norm_eps = required<double>(j, "indexer_norm_eps");
-  c.block_size = required<int>(j, "block_size");
-  c.rope_theta = required<double>(j, "rope_theta");
-  if (!j.contains("rope_scaling")) throw h5::GoldenError("config JSON: missing key 'rope_scaling'");
-  if (j["rope_scaling"].is_null()) {
+  c.name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : "custom";
+  c.num_layers = required_int(j, "num_layers");
+  c.hidden_size = required_int(j, "hidden_size");
+  c.num_heads = required_int(j, "num_heads");
+  c.q_lora_rank = required_int(j, "q_lora_rank");
+  c.kv_lora_rank = required_int(j, "kv_lora_rank");
+  c.qk_nope_head_dim = required_int(j, "qk_nope_head_dim");
+  c.qk_rope_head_dim = required_int(j, "qk_rope_head_dim");
+  c.v_head_dim = required_int(j, "v_head_dim");
+  c.index_n_heads = required_int(j, "index_n_heads");
+  c.index_head_dim = required_int(j, "index_head_dim");
+  c.index_topk = required_int(j, "index_topk");
+  c.rms_norm_eps = required_real(j, "rms_norm_eps");
+  c.indexer_norm_eps = required_real(j, "indexer_norm_eps");
+  c.block_size = required_int(j, "block_size");
+  c.rope_theta = required_real(j, "rope_theta");
+  const json& rs = member(j, "rope_scaling", "");
+  if (rs.is_null()) {
     c.rope_scaling.reset();
   } else {
-    const json& y = j["rope_scaling"];
-    if (required<std::string>(y, "type") != "yarn")
+    if (!rs.is_object())
+      throw h5::GoldenError("config JSON: key 'rope_scaling': expected null or an object, got " +
+                            shown(rs));
+    const char* in = "rope_scaling.";
+    if (required_string(rs, "type", in) != "yarn")
       throw h5::GoldenError("config JSON: rope_scaling.type must be 'yarn'");
-    c.rope_scaling =
-        Yarn{required<double>(y, "factor"),    required<int>(y, "original_max_position_embeddings"),
-             required<double>(y, "beta_fast"), required<double>(y, "beta_slow"),
-             required<double>(y, "mscale"),    required<double>(y, "mscale_all_dim")};
+    c.rope_scaling = Yarn{required_real(rs, "factor", in),
+                          required_int(rs, "original_max_position_embeddings", in),
+                          required_real(rs, "beta_fast", in),
+                          required_real(rs, "beta_slow", in),
+                          required_real(rs, "mscale", in),
+                          required_real(rs, "mscale_all_dim", in)};
   }
-  c.index_topk_pattern = required<std::string>(j, "index_topk_pattern");
+  c.index_topk_pattern = required_string(j, "index_topk_pattern");
   try {
-    c.indexer_rope =
-        parse_enum<IndexerRope>("indexer_rope", required<std::string>(j, "indexer_rope"));
-    c.hadamard = parse_enum<Hadamard>("hadamard", required<std::string>(j, "hadamard"));
-    c.kv_cache = parse_enum<KvCache>("kv_cache", required<std::string>(j, "kv_cache"));
-    c.rope_table = parse_enum<RopeTable>("rope_table", required<std::string>(j, "rope_table"));
-    c.precision = parse_enum<Precision>("precision", required<std::string>(j, "precision"));
+    c.indexer_rope = parse_enum<IndexerRope>("indexer_rope", required_string(j, "indexer_rope"));
+    c.hadamard = parse_enum<Hadamard>("hadamard", required_string(j, "hadamard"));
+    c.kv_cache = parse_enum<KvCache>("kv_cache", required_string(j, "kv_cache"));
+    c.rope_table = parse_enum<RopeTable>("rope_table", required_string(j, "rope_table"));
+    c.precision = parse_enum<Precision>("precision", required_string(j, "precision"));
     c.validate();
   } catch (const ConfigError& e) {
     throw h5::GoldenError(std::string("config JSON: ") + e.what());
   }
   return c;
+}
+
+std::string config_difference(const Config& a, const Config& b) {
+  const json ja = json::parse(config_to_json(a)), jb = json::parse(config_to_json(b));
+  for (const auto& [key, va] : ja.items()) {
+    const json vb = jb.value(key, json());
+    if (va != vb) return key + " " + va.dump() + " vs " + vb.dump();
+  }
+  return "";
 }
 
 void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick) {
@@ -272,8 +423,112 @@ void write(const std::string& path, const GoldenCase& c, const std::function<voi
   f.commit();
 }
 
-GoldenCase read(const std::string& path) {
-  h5::File f = h5::File::open(path);
+namespace {
+
+/// The bytes two oracles' caches take for `num_blocks` blocks (judging and --check run both).
+double cache_bytes(const Config& cfg, int num_blocks) {
+  return 2.0 * 8.0 * cfg.num_layers * static_cast<double>(num_blocks) * cfg.block_size *
+         (cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim + 1);
+}
+
+/// An integer attribute in [lo, hi], named when it is not.
+std::int64_t attr_in(const h5::Group& g, const std::string& name, std::int64_t lo,
+                     std::int64_t hi) {
+  const std::int64_t v = g.attr_int(name);
+  if (v < lo || v > hi)
+    throw h5::GoldenError(g.where() + ": attribute " + name + " = " + std::to_string(v) +
+                          " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+/// One step's inputs, every length checked against the cache and the limits before anything
+/// of its size is allocated.
+StepInput read_inputs(const h5::Group& ig, const Config& cfg, int num_blocks,
+                      const ReadLimits& limits) {
+  const Tensor ctx = ig.read("ctx_len", DType::int32, std::nullopt, limits.max_tokens);
+  if (ctx.shape.size() != 1 || ctx.shape[0] < 1)
+    throw h5::GoldenError(ig.where("ctx_len") + ": shape " + ctx.shape_string() +
+                          ", expected (R) with R >= 1 requests");
+  const std::int64_t R = ctx.shape[0];
+  const Tensor q = ig.read("q_len", DType::int32, Shape{R});
+  const Tensor table = read_block_table(ig, R, num_blocks, limits.max_num_blocks);
+  // Our writer's extra: each request's id. Without it, a request is known by the first
+  // physical block of its table, which it keeps while it lives (GOLDEN.md: its earlier
+  // tokens stay in the blocks its table names).
+  Tensor ids;
+  if (ig.has("request_id")) {
+    ids = ig.read("request_id", DType::int32, Shape{R});
+  } else {
+    ids.shape = {R};
+    for (std::int64_t r = 0; r < R; ++r) {
+      const double first = table.shape[1] > 0 ? table.data[r * table.shape[1]] : -1;
+      if (first < 0)
+        throw h5::GoldenError(ig.where("block_table") + ": request " + std::to_string(r) +
+                              " has no block (needed to know it without request_id)");
+      ids.data.push_back(first);
+    }
+  }
+  const std::int64_t slots = static_cast<std::int64_t>(num_blocks) * cfg.block_size;
+  std::int64_t Ta = 0;
+  StepInput in;
+  for (std::int64_t r = 0; r < R; ++r) {
+    const std::int64_t c = static_cast<std::int64_t>(ctx.data[r]),
+                       n = static_cast<std::int64_t>(q.data[r]);
+    const std::string entry = " entry " + std::to_string(r) + " = ";
+    if (n < 1 || n > limits.max_tokens)
+      throw h5::GoldenError(ig.where("q_len") + ":" + entry + std::to_string(n) +
+                            " (a request has 1 to " + std::to_string(limits.max_tokens) +
+                            " new tokens)");
+    if (c < 0 || c + n > slots)
+      throw h5::GoldenError(ig.where("ctx_len") + ":" + entry + std::to_string(c) + " with q_len " +
+                            std::to_string(n) + ": outside the cache's " + std::to_string(slots) +
+                            " slots (num_blocks " + std::to_string(num_blocks) + " x block_size " +
+                            std::to_string(cfg.block_size) + ")");
+    Ta += n;
+    RequestStep rs{static_cast<int>(ids.data[r]), static_cast<int>(c), static_cast<int>(n), {}};
+    for (std::int64_t k = 0; k < table.shape[1]; ++k)
+      if (const double blk = table.data[r * table.shape[1] + k]; blk >= 0)
+        rs.block_table.push_back(static_cast<int>(blk));
+    in.requests.push_back(std::move(rs));
+  }
+  in.capture_size = static_cast<int>(attr_in(ig, "capture_size", 0, limits.max_tokens));
+  if (Ta > limits.max_tokens)
+    throw h5::GoldenError(ig.where("q_len") + ": " + std::to_string(Ta) +
+                          " tokens, over the reader's limit of " +
+                          std::to_string(limits.max_tokens));
+  if (in.capture_size < Ta)
+    throw h5::GoldenError(ig.where() + ": capture_size " + std::to_string(in.capture_size) + " < " +
+                          std::to_string(Ta) + " tokens");
+  const Tensor hidden =
+      read_finite(ig, "hidden", cfg.precision == Precision::bf16 ? DType::bfloat16 : DType::float32,
+                  Shape{Ta, cfg.hidden_size});
+  if (Budget* b = ig.budget())
+    b->take(8.0 * in.capture_size * cfg.hidden_size, 0.0, ig.where("hidden") + " (padded)");
+  in.hidden =
+      Mat::Constant(in.capture_size, cfg.hidden_size, std::nan(""));  // padded rows poisoned
+  in.hidden.topRows(Ta) = to_mat(hidden);
+  try {
+    in.derive(cfg, num_blocks);
+  } catch (const ScenarioError& e) {
+    throw h5::GoldenError(ig.where() + ": " + e.what());
+  }
+  const auto check_same = [&](const char* name, const auto& derived) {
+    const Tensor t = ig.read(name, DType::int32, Shape{Ta});
+    for (std::int64_t i = 0; i < Ta; ++i)
+      if (t.data[i] != static_cast<double>(derived[i]))
+        throw h5::GoldenError(ig.where(name) + ": entry " + std::to_string(i) +
+                              " disagrees with ctx_len/q_len/block_table");
+  };
+  check_same("positions", in.positions);
+  check_same("slots", in.slots);
+  check_same("request_of_token", in.request_of_token);
+  return in;
+}
+
+}  // namespace
+
+GoldenCase read(const std::string& path, const ReadLimits& limits) {
+  h5::File f = h5::File::open(path, limits.max_bytes);
   const h5::Group root = f.root();
   GoldenCase c;
   const std::string schema = root.attr_string("schema");
@@ -288,16 +543,23 @@ GoldenCase read(const std::string& path) {
   c.case_id = root.attr_string("case_id");
   c.seed = static_cast<std::uint64_t>(root.attr_int("seed"));
   c.tolerance_profile = root.attr_string("tolerance_profile");
-  // Our writer's extra: the cache size. Without it, the smallest cache that holds every block
-  // the steps name.
-  c.num_blocks = root.has_attr("num_blocks") ? static_cast<int>(root.attr_int("num_blocks"))
-                                             : blocks_named(root.child("steps", false));
   try {
     c.cfg = config_from_json(root.attr_string("config"));
   } catch (const h5::GoldenError& e) {
     throw h5::GoldenError(path + ": " + e.what());
   }
   const Config& cfg = c.cfg;
+  const h5::Group sg = root.child("steps", false);
+  const int n_steps = count_steps(sg, limits.max_steps);
+  // Our writer's extra: the cache size. Without it, the smallest cache that holds every block
+  // the steps name.
+  c.num_blocks = root.has_attr("num_blocks")
+                     ? static_cast<int>(attr_in(root, "num_blocks", 1, limits.max_num_blocks))
+                     : blocks_named(sg, n_steps, limits);
+  if (Budget* b = root.budget())
+    b->take(cache_bytes(cfg, c.num_blocks), 0.0,
+            root.where() + " (the oracles' caches for num_blocks " + std::to_string(c.num_blocks) +
+                ")");
   const std::int64_t D = cfg.hidden_size, H = cfg.num_heads, Rq = cfg.q_lora_rank,
                      L = cfg.kv_lora_rank, dq = cfg.qk_head_dim(),
                      dkv = cfg.qk_nope_head_dim + cfg.v_head_dim, dv = cfg.v_head_dim,
@@ -307,101 +569,40 @@ GoldenCase read(const std::string& path) {
   for (int l = 0; l < cfg.num_layers; ++l) {
     const h5::Group lg = wg.child("layer" + std::to_string(l), false);
     LayerWeights w;
-    w.w_qkv_a = to_mat(lg.read("w_qkv_a", b, Shape{cfg.qkv_a_rows(), D}));
-    w.g_q = to_vec(lg.read("g_q", b, Shape{Rq}));
-    w.g_kv = to_vec(lg.read("g_kv", b, Shape{L}));
-    w.w_q_b = to_mat(lg.read("w_q_b", b, Shape{H * dq, Rq}));
-    w.w_kv_b = to_mat(lg.read("w_kv_b", b, Shape{H * dkv, L}));
-    w.w_o = to_mat(lg.read("w_o", b, Shape{D, H * dv}));
-    w.g_in = to_vec(lg.read("g_in", b, Shape{D}));
+    w.w_qkv_a = to_mat(read_finite(lg, "w_qkv_a", b, Shape{cfg.qkv_a_rows(), D}));
+    w.g_q = to_vec(read_finite(lg, "g_q", b, Shape{Rq}));
+    w.g_kv = to_vec(read_finite(lg, "g_kv", b, Shape{L}));
+    w.w_q_b = to_mat(read_finite(lg, "w_q_b", b, Shape{H * dq, Rq}));
+    w.w_kv_b = to_mat(read_finite(lg, "w_kv_b", b, Shape{H * dkv, L}));
+    w.w_o = to_mat(read_finite(lg, "w_o", b, Shape{D, H * dv}));
+    w.g_in = to_vec(read_finite(lg, "g_in", b, Shape{D}));
     if (cfg.is_full_layer(l)) {
       const h5::Group ig = lg.child("indexer", false);
       IndexerWeights iw;
-      iw.w_q_b = to_mat(ig.read("w_q_b", b, Shape{HI * dI, Rq}));
-      iw.w_k = to_mat(ig.read("w_k", b, Shape{dI, D}));
-      iw.w_w = to_mat(ig.read("w_w", b, Shape{HI, D}));
-      iw.g_k = to_vec(ig.read("g_k", b, Shape{dI}));
-      iw.b_k = to_vec(ig.read("b_k", b, Shape{dI}));
+      iw.w_q_b = to_mat(read_finite(ig, "w_q_b", b, Shape{HI * dI, Rq}));
+      iw.w_k = to_mat(read_finite(ig, "w_k", b, Shape{dI, D}));
+      iw.w_w = to_mat(read_finite(ig, "w_w", b, Shape{HI, D}));
+      iw.g_k = to_vec(read_finite(ig, "g_k", b, Shape{dI}));
+      iw.b_k = to_vec(read_finite(ig, "b_k", b, Shape{dI}));
       w.indexer = std::move(iw);
     }
     c.weights.layers.push_back(std::move(w));
   }
 
-  const h5::Group sg = root.child("steps", false);
-  const DType hidden_dt = cfg.precision == Precision::bf16 ? DType::bfloat16 : DType::float32;
-  for (int s = 0; sg.has("step" + std::to_string(s)); ++s) {
+  for (int s = 0; s < n_steps; ++s) {
     const h5::Group st = sg.child("step" + std::to_string(s), false);
-    const h5::Group ig = st.child("inputs", false);
-    const Tensor ctx = ig.read("ctx_len", DType::int32);
-    if (ctx.shape.size() != 1) throw h5::GoldenError(ig.where("ctx_len") + ": must be 1-d");
-    const std::int64_t R = ctx.shape[0];
-    const Tensor q = ig.read("q_len", DType::int32, Shape{R});
-    // Our writer's extra: each request's id. Without it, a request is known by the first
-    // physical block of its table, which it keeps while it lives (GOLDEN.md: its earlier
-    // tokens stay in the blocks its table names).
-    const Tensor table = ig.read("block_table", DType::int32);
-    if (table.shape.size() != 2 || table.shape[0] != R)
-      throw h5::GoldenError(ig.where("block_table") + ": shape " + table.shape_string() +
-                            ", expected (" + std::to_string(R) + ", max_blocks)");
-    Tensor ids;
-    if (ig.has("request_id")) {
-      ids = ig.read("request_id", DType::int32, Shape{R});
-    } else {
-      ids.shape = {R};
-      for (std::int64_t r = 0; r < R; ++r) {
-        const double first = table.shape[1] > 0 ? table.data[r * table.shape[1]] : -1;
-        if (first < 0)
-          throw h5::GoldenError(ig.where("block_table") + ": request " + std::to_string(r) +
-                                " has no block (needed to know it without request_id)");
-        ids.data.push_back(first);
-      }
-    }
-    std::int64_t Ta = 0;
-    StepInput in;
-    for (std::int64_t r = 0; r < R; ++r) {
-      RequestStep rs{static_cast<int>(ids.data[r]),
-                     static_cast<int>(ctx.data[r]),
-                     static_cast<int>(q.data[r]),
-                     {}};
-      for (std::int64_t k = 0; k < table.shape[1]; ++k)
-        if (const double blk = table.data[r * table.shape[1] + k]; blk >= 0)
-          rs.block_table.push_back(static_cast<int>(blk));
-      Ta += rs.q;
-      in.requests.push_back(std::move(rs));
-    }
-    const Tensor hidden = ig.read("hidden", hidden_dt, Shape{Ta, D});
-    refuse_nan(ig, hidden);
-    in.capture_size = static_cast<int>(ig.attr_int("capture_size"));
-    if (in.capture_size < Ta)
-      throw h5::GoldenError(ig.where() + ": capture_size " + std::to_string(in.capture_size) +
-                            " < " + std::to_string(Ta) + " tokens");
-    in.hidden = Mat::Constant(in.capture_size, D, std::nan(""));  // padded rows poisoned
-    in.hidden.topRows(Ta) = to_mat(hidden);
-    try {
-      in.derive(cfg, c.num_blocks);
-    } catch (const ScenarioError& e) {
-      throw h5::GoldenError(ig.where() + ": " + e.what());
-    }
-    const auto check_same = [&](const char* name, const auto& derived) {
-      const Tensor t = ig.read(name, DType::int32, Shape{Ta});
-      for (std::int64_t i = 0; i < Ta; ++i)
-        if (t.data[i] != static_cast<double>(derived[i]))
-          throw h5::GoldenError(ig.where(name) + ": entry " + std::to_string(i) +
-                                " disagrees with ctx_len/q_len/block_table");
-    };
-    check_same("positions", in.positions);
-    check_same("slots", in.slots);
-    check_same("request_of_token", in.request_of_token);
+    StepInput in = read_inputs(st.child("inputs", false), cfg, c.num_blocks, limits);
+    const std::int64_t Ta = in.num_tokens;
     c.expected.push_back(read_trace(st.child("expected", false), cfg, Ta, true));
     c.emulated.push_back(read_trace(st.child("emulated", false), cfg, Ta, false));
     c.steps.push_back(std::move(in));
   }
-  if (c.steps.empty()) throw h5::GoldenError(path + ": no steps");
   return c;
 }
 
-std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden) {
-  h5::File f = h5::File::open(path);
+std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
+                                      const ReadLimits& limits) {
+  h5::File f = h5::File::open(path, limits.max_bytes);
   const h5::Group root = f.root();
   const Config& cfg = golden.cfg;
   if (!root.has("steps")) throw h5::GoldenError(root.where("steps") + ": missing group");

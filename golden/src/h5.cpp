@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <type_traits>
 
+#include "dsv32/golden/files.hpp"
 #include "dsv32/oracle/numerics.hpp"
 
 namespace dsv32::h5 {
@@ -19,6 +21,9 @@ struct Silence {
   Silence() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 };
 const Silence kSilence;
+
+/// The longest string attribute read (a config JSON is about 1 KB).
+constexpr std::size_t kMaxAttributeBytes = std::size_t{1} << 20;
 
 hid_t storage_type(DType dt) {
   switch (dt) {
@@ -72,6 +77,19 @@ void convert_exactly(Tensor& t, DType want, const std::string& where) {
 
 }  // namespace
 
+void Budget::take(double bytes, double transient, const std::string& where) {
+  if (!(used_ + bytes + transient <= max_)) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  ": %.3g GiB more would pass the reader's limit of %.3g GiB (%.3g GiB held; "
+                  "raise it with --max-gib)",
+                  (bytes + transient) / gib, max_ / gib, used_ / gib);
+    throw GoldenError(where + buf);
+  }
+  used_ += bytes;
+}
+
 Handle& Handle::operator=(Handle&& o) noexcept {
   if (this != &o) {
     if (id_ >= 0 && close_) close_(id_);
@@ -106,7 +124,7 @@ Group Group::child(const std::string& name, bool create) const {
     g = H5Gopen2(h_.get(), name.c_str(), H5P_DEFAULT);
   }
   if (g < 0) throw GoldenError(where(name) + ": cannot open group");
-  return Group(Handle(g, H5Gclose), file_, path_ == "/" ? "/" + name : path_ + "/" + name);
+  return Group(Handle(g, H5Gclose), file_, path_ == "/" ? "/" + name : path_ + "/" + name, budget_);
 }
 
 void Group::write(const Tensor& t) const {
@@ -162,7 +180,8 @@ void Group::write(const Tensor& t) const {
 }
 
 Tensor Group::read(const std::string& name, DType want,
-                   const std::optional<std::vector<std::int64_t>>& shape) const {
+                   const std::optional<std::vector<std::int64_t>>& shape,
+                   std::int64_t max_elements) const {
   if (!has(name)) throw GoldenError(where(name) + ": missing dataset");
   Handle ds(H5Dopen2(h_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ds.valid()) throw GoldenError(where(name) + ": not a dataset");
@@ -179,6 +198,18 @@ Tensor Group::read(const std::string& name, DType want,
   if (rank < 0) throw GoldenError(where(name) + ": unreadable dataspace");
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  double elements = 1;
+  std::string declared;
+  for (const hsize_t d : dims) {
+    elements *= static_cast<double>(d);
+    declared += (declared.empty() ? "" : ", ") + std::to_string(d);
+  }
+  if (elements > static_cast<double>(INT64_MAX / 16) ||
+      (max_elements >= 0 && elements > static_cast<double>(max_elements)))
+    throw GoldenError(where(name) + ": shape (" + declared + ") has more elements than " +
+                      (max_elements >= 0
+                           ? "the " + std::to_string(max_elements) + " the reader takes here"
+                           : std::string("can be read")));
   Tensor t;
   t.name = name;
   t.dtype = dt;
@@ -201,6 +232,7 @@ Tensor Group::read(const std::string& name, DType want,
   if (!stored_ok)
     throw GoldenError(where(name) + ": stored type does not match dtype " +
                       std::string(to_string(dt)));
+  if (budget_) budget_->take(8.0 * elements, 8.0 * elements, where(name));
   const std::size_t n = static_cast<std::size_t>(t.numel());
   t.data.resize(n);
   herr_t rc = 0;
@@ -273,6 +305,13 @@ DType Group::dtype(const std::string& name) const {
   }
 }
 
+void Group::require_one_value(const Handle& attr, const std::string& name) const {
+  if (!attr.valid()) throw GoldenError(where() + ": cannot open attribute " + name);
+  Handle space(H5Aget_space(attr.get()), H5Sclose);
+  if (!space.valid() || H5Sget_simple_extent_npoints(space.get()) != 1)
+    throw GoldenError(where() + ": attribute " + name + " must hold one value");
+}
+
 bool Group::has_attr(const std::string& name) const {
   return H5Aexists(h_.get(), name.c_str()) > 0;
 }
@@ -302,18 +341,27 @@ std::string Group::attr_string(const std::string& name) const {
   if (H5Aexists(h_.get(), name.c_str()) <= 0)
     throw GoldenError(where() + ": missing attribute " + name);
   Handle a(H5Aopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  require_one_value(a, name);
   Handle type(H5Aget_type(a.get()), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_STRING)
     throw GoldenError(where() + ": attribute " + name + " is not a string");
   if (H5Tis_variable_str(type.get()) > 0) {
+    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    H5Tset_cset(mem.get(),
+                H5Tget_cset(type.get()) == H5T_CSET_UTF8 ? H5T_CSET_UTF8 : H5T_CSET_ASCII);
     char* p = nullptr;
-    if (H5Aread(a.get(), type.get(), &p) < 0 || !p)
+    if (H5Aread(a.get(), mem.get(), &p) < 0 || !p)
       throw GoldenError(where() + ": cannot read attribute " + name);
     std::string s(p);
     H5free_memory(p);
     return s;
   }
-  std::string s(H5Tget_size(type.get()), '\0');
+  const std::size_t size = H5Tget_size(type.get());
+  if (size == 0 || size > kMaxAttributeBytes)
+    throw GoldenError(where() + ": attribute " + name + " is a string of " + std::to_string(size) +
+                      " bytes (at most " + std::to_string(kMaxAttributeBytes) + ")");
+  std::string s(size, '\0');
   if (H5Aread(a.get(), type.get(), s.data()) < 0)
     throw GoldenError(where() + ": cannot read attribute " + name);
   s.resize(s.find('\0') == std::string::npos ? s.size() : s.find('\0'));
@@ -324,6 +372,7 @@ std::int64_t Group::attr_int(const std::string& name) const {
   if (H5Aexists(h_.get(), name.c_str()) <= 0)
     throw GoldenError(where() + ": missing attribute " + name);
   Handle a(H5Aopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
+  require_one_value(a, name);
   Handle type(H5Aget_type(a.get()), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_INTEGER)
     throw GoldenError(where() + ": attribute " + name + " is not an integer");
@@ -334,44 +383,46 @@ std::int64_t Group::attr_int(const std::string& name) const {
 }
 
 File File::create(const std::string& path) {
-  const std::string tmp = path + ".tmp";
+  // Built in memory (the core driver, no backing store) and written out whole by commit():
+  // HDF5 never writes to the disk, so a full disk or a size limit is our own checked write's
+  // error, and no half-written file is left for HDF5's exit-time cleanup to flush again.
   Handle fcpl = plist(H5P_FILE_CREATE);
   Handle fapl = plist(H5P_FILE_ACCESS);
-  H5Pset_file_locking(fapl.get(), false, true);
-  hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
-  if (f < 0) throw GoldenError(tmp + ": cannot create file");
-  return File(Handle(f, H5Fclose), path, tmp);
+  if (H5Pset_fapl_core(fapl.get(), std::size_t{16} << 20, false) < 0)
+    throw files::WriteError(path + ": cannot set up the in-memory HDF5 file");
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get());
+  if (f < 0) throw files::WriteError(path + ": cannot create the in-memory HDF5 file");
+  return File(Handle(f, H5Fclose), path, true);
 }
 
-File File::open(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw GoldenError(path + ": no such file");
+File File::open(const std::string& path, double max_bytes) {
+  if (const std::string why = files::not_regular_file_reason(path); !why.empty())
+    throw GoldenError(path + ": " + why);
   Handle fapl = plist(H5P_FILE_ACCESS);
   H5Pset_file_locking(fapl.get(), false, true);
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   if (f < 0) throw GoldenError(path + ": not a readable HDF5 file (truncated or corrupt?)");
-  return File(Handle(f, H5Fclose), path, "");
+  return File(Handle(f, H5Fclose), path, false, std::make_shared<Budget>(max_bytes));
 }
 
 Group File::root() const {
   hid_t g = H5Gopen2(h_.get(), "/", H5P_DEFAULT);
-  if (g < 0) throw GoldenError((tmp_.empty() ? path_ : tmp_) + ": cannot open root group");
-  return Group(Handle(g, H5Gclose), path_, "/");
+  if (g < 0) throw GoldenError(path_ + ": cannot open root group");
+  return Group(Handle(g, H5Gclose), path_, "/", budget_);
 }
 
 void File::commit() {
-  if (tmp_.empty()) return;
-  if (H5Fflush(h_.get(), H5F_SCOPE_GLOBAL) < 0) throw GoldenError(tmp_ + ": flush failed");
+  if (!writing_) return;
+  if (H5Fflush(h_.get(), H5F_SCOPE_GLOBAL) < 0)
+    throw files::WriteError(path_ + ": cannot flush the in-memory HDF5 file");
+  const ssize_t size = H5Fget_file_image(h_.get(), nullptr, 0);
+  if (size < 0) throw files::WriteError(path_ + ": cannot take the in-memory HDF5 image");
+  std::string image(static_cast<std::size_t>(size), '\0');
+  if (H5Fget_file_image(h_.get(), image.data(), image.size()) != size)
+    throw files::WriteError(path_ + ": cannot take the in-memory HDF5 image");
   h_ = Handle();
-  std::filesystem::rename(tmp_, path_);
-  tmp_.clear();
-}
-
-File::~File() {
-  if (!tmp_.empty()) {  // not committed: drop the partial file
-    h_ = Handle();
-    std::error_code ec;
-    std::filesystem::remove(tmp_, ec);
-  }
+  writing_ = false;
+  files::write_atomically(path_, image);
 }
 
 }  // namespace dsv32::h5

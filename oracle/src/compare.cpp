@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -74,6 +75,32 @@ CompareResult measure(const Tensor& got, const Tensor& want, double tol, std::st
   return r;
 }
 
+/// Refuses a comparison whose references (T0, T1, their scales) hold NaN or Inf: a gate is
+/// computed from them, and one Inf makes it infinite (everything passes) or NaN. Returns true
+/// when refused.
+bool refuse_non_finite(CompareResult& r, std::initializer_list<const Tensor*> refs) {
+  for (const Tensor* t : refs) {
+    if (!t) continue;
+    for (std::size_t i = 0; i < t->data.size(); ++i)
+      if (!std::isfinite(t->data[i])) {
+        r.refused = true;
+        r.pass = false;
+        std::ostringstream s;
+        s << "reference " << (t->name.empty() ? "tensor" : t->name) << " holds " << t->data[i]
+          << " at flat " << i << ": no gate can be formed";
+        r.note = s.str();
+        return true;
+      }
+  }
+  if (!std::isfinite(r.tol)) {
+    r.refused = true;
+    r.pass = false;
+    r.note = "the gate is not finite";
+    return true;
+  }
+  return false;
+}
+
 void refuse_if_vacuous(CompareResult& r, const Tensor& t0, DType storage) {
   if (r.refused) return;
   if (!(r.rms > 0.0)) {
@@ -83,7 +110,7 @@ void refuse_if_vacuous(CompareResult& r, const Tensor& t0, DType storage) {
     return;
   }
   const double cap = vacuity_cap(t0, storage);
-  if (!(r.tol <= cap)) {
+  if (!(r.tol <= cap) || !std::isfinite(cap)) {
     r.refused = true;
     r.vacuous = true;
     r.pass = false;
@@ -204,6 +231,7 @@ CompareResult compare_bf16(const Tensor& got, const Tensor& t0, const Tensor& t1
     r.refused = true;
     r.note = "T1 shape " + t1.shape_string() + " != T0 shape " + t0.shape_string();
   }
+  if (!r.refused) refuse_non_finite(r, {&t0, &t1});
   // The cap is set by the pipeline's precision (bf16), also for stages stored in fp32 (omega,
   // lse, scales) whose inputs went through bf16 roundings.
   refuse_if_vacuous(r, t0, cap_precision);
@@ -220,6 +248,7 @@ CompareResult compare_fp32(const Tensor& got, const Tensor& t0, std::int64_t n, 
       measure(got, t0, tol,
               (widened ? "2*gamma_n*max(max|T0|, run scale) capped, n=" : "2*gamma_n*max|T0|, n=") +
                   std::to_string(n));
+  if (!r.refused) refuse_non_finite(r, {&t0});
   refuse_if_vacuous(r, t0, DType::float32);
   r.pass = r.pass && !r.refused;
   return r;
@@ -245,6 +274,7 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
     r.note = "scale or T1 shapes do not match the values";
     return r;
   }
+  if (refuse_non_finite(r, {&want_vals, &want_scales, t1_vals, t1_scales})) return r;
   if (t1_vals) r.rule += " + 2 * block T1 spread";
   r.max_err = 0.0;
   r.count_over = 0;
@@ -294,6 +324,7 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
     r.note = "T1 shape or the tile does not match the values";
     return r;
   }
+  if (refuse_non_finite(r, {&t0, &t1})) return r;
   const std::int64_t rows = t0.shape[0], cols = t0.shape[1];
   r.max_err = 0.0;
   r.count_over = 0;

@@ -100,30 +100,44 @@ Precision parse_enum<Precision>(std::string_view f, std::string_view t) {
 }
 
 void Config::validate() const {
-  require(num_layers >= 1, "num_layers", "must be >= 1");
-  require(hidden_size >= 1, "hidden_size", "must be >= 1");
-  require(num_heads >= 1, "num_heads", "must be >= 1");
-  require(q_lora_rank >= 1, "q_lora_rank", "must be >= 1");
-  require(kv_lora_rank >= 1, "kv_lora_rank", "must be >= 1");
-  require(qk_nope_head_dim >= 1, "qk_nope_head_dim", "must be >= 1");
+  require(num_layers >= 1 && num_layers <= kMaxConfigLayers, "num_layers",
+          "must be in [1, " + std::to_string(kMaxConfigLayers) + "], got " +
+              std::to_string(num_layers));
+  const std::pair<const char*, int> sizes[] = {{"hidden_size", hidden_size},
+                                               {"num_heads", num_heads},
+                                               {"q_lora_rank", q_lora_rank},
+                                               {"kv_lora_rank", kv_lora_rank},
+                                               {"qk_nope_head_dim", qk_nope_head_dim},
+                                               {"qk_rope_head_dim", qk_rope_head_dim},
+                                               {"v_head_dim", v_head_dim},
+                                               {"index_n_heads", index_n_heads},
+                                               {"index_head_dim", index_head_dim},
+                                               {"index_topk", index_topk},
+                                               {"block_size", block_size}};
+  for (const auto& [field, v] : sizes)
+    require(v >= 1 && v <= kMaxConfigSize, field,
+            "must be in [1, " + std::to_string(kMaxConfigSize) + "], got " + std::to_string(v));
   require(qk_rope_head_dim >= 2 && qk_rope_head_dim % 2 == 0, "qk_rope_head_dim",
           "must be even and >= 2, got " + std::to_string(qk_rope_head_dim));
-  require(v_head_dim >= 1, "v_head_dim", "must be >= 1");
-  require(index_n_heads >= 1, "index_n_heads", "must be >= 1");
   require(index_head_dim == 128, "index_head_dim",
           "must be 128 (one fp8 block), got " + std::to_string(index_head_dim));
   require(qk_rope_head_dim <= index_head_dim, "qk_rope_head_dim", "must be <= index_head_dim");
-  require(index_topk >= 1, "index_topk", "must be >= 1, got " + std::to_string(index_topk));
-  require(block_size >= 1, "block_size", "must be >= 1");
-  require(rms_norm_eps > 0, "rms_norm_eps", "must be > 0");
-  require(indexer_norm_eps > 0, "indexer_norm_eps", "must be > 0");
-  require(rope_theta > 1, "rope_theta", "must be > 1");
+  require(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, "rms_norm_eps",
+          "must be finite and > 0");
+  require(std::isfinite(indexer_norm_eps) && indexer_norm_eps > 0, "indexer_norm_eps",
+          "must be finite and > 0");
+  require(std::isfinite(rope_theta) && rope_theta > 1, "rope_theta", "must be finite and > 1");
   if (rope_scaling) {
-    require(rope_scaling->factor >= 1, "rope_scaling.factor", "must be >= 1");
-    require(rope_scaling->original_max_position_embeddings >= 1,
+    const Yarn& y = *rope_scaling;
+    require(std::isfinite(y.factor) && y.factor >= 1, "rope_scaling.factor",
+            "must be finite and >= 1");
+    require(y.original_max_position_embeddings >= 1,
             "rope_scaling.original_max_position_embeddings", "must be >= 1");
-    require(rope_scaling->beta_fast > rope_scaling->beta_slow, "rope_scaling.beta_fast",
-            "must exceed beta_slow");
+    require(std::isfinite(y.beta_fast) && std::isfinite(y.beta_slow), "rope_scaling.beta_fast",
+            "beta_fast and beta_slow must be finite");
+    require(y.beta_fast > y.beta_slow, "rope_scaling.beta_fast", "must exceed beta_slow");
+    require(std::isfinite(y.mscale) && std::isfinite(y.mscale_all_dim), "rope_scaling.mscale",
+            "mscale and mscale_all_dim must be finite");
   }
   require(static_cast<int>(index_topk_pattern.size()) == num_layers, "index_topk_pattern",
           "needs one letter per layer (" + std::to_string(num_layers) + "), got '" +

@@ -26,7 +26,12 @@ void StepInput::derive(const Config& cfg, int num_blocks) {
     if (!ids.insert(r.id).second) throw ScenarioError(req_name(r, i) + ": duplicate request id");
     if (r.q < 1) throw ScenarioError(req_name(r, i) + ": q_len must be >= 1");
     if (r.ctx < 0) throw ScenarioError(req_name(r, i) + ": ctx_len must be >= 0");
-    const int need = (r.seq_len() + B - 1) / B;
+    const std::int64_t cache_slots = static_cast<std::int64_t>(num_blocks) * B;
+    if (static_cast<std::int64_t>(r.ctx) + r.q > cache_slots)
+      throw ScenarioError(req_name(r, i) + ": ctx_len " + std::to_string(r.ctx) + " + q_len " +
+                          std::to_string(r.q) + " exceeds the cache's " +
+                          std::to_string(cache_slots) + " slots");
+    const int need = static_cast<int>((static_cast<std::int64_t>(r.seq_len()) + B - 1) / B);
     if (static_cast<int>(r.block_table.size()) < need)
       throw ScenarioError(req_name(r, i) + ": block table has " +
                           std::to_string(r.block_table.size()) + " blocks, needs " +

@@ -16,9 +16,23 @@ inline constexpr const char* kSchema = "dsv32-golden";
 inline constexpr std::int64_t kSchemaVersion = 1;
 
 /// Config <-> the JSON of GOLDEN.md (Hugging Face names). Parsing ignores unknown keys and
-/// refuses missing ones, naming the key.
+/// refuses missing ones, a value of the wrong JSON type (a float or a boolean for an integer
+/// key, an integer past int32) and any Config::validate refuses, naming the key.
 std::string config_to_json(const Config& cfg);
 Config config_from_json(const std::string& json);
+/// The first field in which two configs differ, with both values ("hidden_size 64 vs 128"), or
+/// "" when they are equal.
+std::string config_difference(const Config& a, const Config& b);
+
+/// The stated bounds of a reader (docs/BAD_INPUT.md), checked before anything is allocated.
+struct ReadLimits {
+  /// Bytes held for the file's tensors (as doubles) and the caches of the two oracles that
+  /// judge it. dsv32-full needs about 2 GiB.
+  double max_bytes = 16.0 * (1ull << 30);
+  int max_tokens = 1 << 16;      // capture_size (so T_a) of one step
+  int max_steps = 4096;          // steps of a case
+  int max_num_blocks = 1 << 20;  // the cache's blocks (num_blocks, or 1 + the largest id named)
+};
 
 /// Everything a golden file holds.
 struct GoldenCase {
@@ -39,8 +53,11 @@ struct GoldenCase {
 void write(const std::string& path, const GoldenCase& c,
            const std::function<void()>& on_dataset = {});
 /// Reads and validates a golden file: schema, version, config, every dataset's presence,
-/// dtype and shape, and no NaN in inputs or expected tensors. Throws h5::GoldenError.
-GoldenCase read(const std::string& path);
+/// dtype and shape; steps exactly step0..step{n-1}; block tables (ids in the cache, -1 only
+/// past a request's blocks), lengths and capture sizes within the cache and `limits`; only
+/// finite values in weights, inputs and both traces. Throws h5::GoldenError naming the file
+/// and the dataset.
+GoldenCase read(const std::string& path, const ReadLimits& limits = {});
 
 /// A candidate's traces for `golden` (docs/CANDIDATE.md): `/steps/step{s}/expected/` of
 /// `path`, `layer{l}/{stage}` and `output`, from step 0 on. Any subset of a layer's stages (a
@@ -49,7 +66,8 @@ GoldenCase read(const std::string& path);
 /// (judging fails it). Fewer steps than the golden are returned as they are (judging fails the
 /// first missing one); more steps, other layers, unknown stage names, wrong shapes and
 /// unreadable files are refused with a GoldenError naming the dataset.
-std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden);
+std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
+                                      const ReadLimits& limits = {});
 
 /// `c`'s expected (T0) and emulated (T1, following T0's sets) traces recomputed by this
 /// oracle from `c`'s own config, weights and inputs, as `generate` makes them and a golden file

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -36,11 +37,31 @@ class Handle {
   Closer close_ = nullptr;
 };
 
+/// The bytes a reader may hold for a file's datasets: every read takes its share (8 bytes an
+/// element, as doubles, and as much again while converting) before it allocates, and a read
+/// that would pass the bound is refused by name. A file's declared shapes are not its size: a
+/// lazily allocated dataset of 10^9 elements takes a few bytes on disk.
+class Budget {
+ public:
+  explicit Budget(double max_bytes) : max_(max_bytes) {}
+  /// Takes `bytes` for good, refusing (GoldenError naming `where`) when `bytes + transient`
+  /// would not fit in what is left.
+  void take(double bytes, double transient, const std::string& where);
+  double used() const { return used_; }
+  double max() const { return max_; }
+
+ private:
+  double max_, used_ = 0;
+};
+
 /// A group (or a file's root group) with the file's name for messages.
 class Group {
  public:
-  Group(Handle h, std::string file, std::string path)
-      : h_(std::move(h)), file_(std::move(file)), path_(std::move(path)) {}
+  Group(Handle h, std::string file, std::string path, std::shared_ptr<Budget> budget = nullptr)
+      : h_(std::move(h)),
+        file_(std::move(file)),
+        path_(std::move(path)),
+        budget_(std::move(budget)) {}
   /// Opens child group `name`, creating it when `create` is true.
   Group child(const std::string& name, bool create) const;
   bool has(const std::string& name) const;
@@ -52,10 +73,12 @@ class Group {
   void write(const Tensor& t) const;
   /// Reads dataset `name` as dtype `want`: a dataset of another logical dtype is converted where
   /// every value is exactly a `want` value (bfloat16 read as float32, ...). Refuses a missing
-  /// dataset, an inexact conversion and, when `shape` is given, any other shape. Messages name
-  /// the dataset.
+  /// dataset, an inexact conversion, when `shape` is given any other shape, and when
+  /// `max_elements` is given (>= 0) a dataset of more elements; all of that before the values
+  /// are read. Messages name the dataset.
   Tensor read(const std::string& name, DType want,
-              const std::optional<std::vector<std::int64_t>>& shape = std::nullopt) const;
+              const std::optional<std::vector<std::int64_t>>& shape = std::nullopt,
+              std::int64_t max_elements = -1) const;
   /// The logical dtype (attribute `dtype`) of dataset `name`.
   DType dtype(const std::string& name) const;
   bool has_attr(const std::string& name) const;
@@ -67,29 +90,37 @@ class Group {
 
   std::string where(const std::string& name = "") const;  // "file.h5:/steps/step0/name"
   std::int64_t id() const { return h_.get(); }
+  /// The reader's budget (null when unbounded: the writer's own groups).
+  Budget* budget() const { return budget_.get(); }
 
  private:
+  void require_one_value(const Handle& attr, const std::string& name) const;
   Handle h_;
   std::string file_, path_;
+  std::shared_ptr<Budget> budget_;
 };
 
-/// An open file; create() writes to `path.tmp` and commit() renames it to `path`, so an
-/// interrupted writer never leaves a file under the final name.
+/// An open file. create() builds the file in memory; commit() writes it whole to `path.tmp`
+/// and renames it to `path` (files::write_atomically), so a failed or interrupted writer never
+/// leaves a file under the final name. Write failures throw files::WriteError.
 class File {
  public:
   static File create(const std::string& path);
-  static File open(const std::string& path);
+  /// Opens a regular file read-only (a FIFO, a directory or a device is refused by name); its
+  /// datasets' reads share one Budget of `max_bytes`.
+  static File open(const std::string& path, double max_bytes);
   Group root() const;
-  /// Flushes, closes and renames the temporary file to its final name.
+  /// Writes the file out (see above); without it nothing is written.
   void commit();
-  ~File();
   File(File&&) noexcept = default;
 
  private:
-  File(Handle h, std::string path, std::string tmp)
-      : h_(std::move(h)), path_(std::move(path)), tmp_(std::move(tmp)) {}
+  File(Handle h, std::string path, bool writing, std::shared_ptr<Budget> budget = nullptr)
+      : h_(std::move(h)), path_(std::move(path)), writing_(writing), budget_(std::move(budget)) {}
   Handle h_;
-  std::string path_, tmp_;
+  std::string path_;
+  bool writing_ = false;
+  std::shared_ptr<Budget> budget_;
 };
 
 }  // namespace dsv32::h5

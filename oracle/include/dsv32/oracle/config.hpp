@@ -45,6 +45,11 @@ struct Yarn {
   bool operator==(const Yarn&) const = default;
 };
 
+/// Stated bounds of Config::validate, far above any real model (DeepSeek-V3.2: 61 layers, D 7168,
+/// 128 heads), so that no product of sizes overflows and no absurd config reaches an allocation.
+inline constexpr int kMaxConfigLayers = 1024;
+inline constexpr int kMaxConfigSize = 1 << 20;  // any one size: D, H, ranks, head dims, K, B
+
 /// Every field and switch of MATH.md section 1, with Hugging Face style names.
 struct Config {
   std::string name = "custom";
@@ -73,7 +78,7 @@ struct Config {
 
   bool operator==(const Config&) const = default;
 
-  /// Throws ConfigError naming the first bad field.
+  /// Throws ConfigError naming the first bad field (bounds above; reals finite).
   void validate() const;
   /// sigma = (dn+dr)^-1/2 * m^2 with m = 0.1*mscale_all_dim*ln(s)+1 under YaRN, else 1.
   double softmax_scale() const;
