@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "dsv32: cannot write: {}\n", e.what());
     return dsv32::tools::kExitUsage;
   } catch (const dsv32::h5::GoldenError& e) {
-    fmt::print(stderr, "dsv32: bad golden file: {}\n", e.what());
+    fmt::print(stderr, "dsv32: bad input file: {}\n", e.what());
     return dsv32::tools::kExitUsage;
   } catch (const std::exception& e) {
     fmt::print(stderr, "dsv32: error: {}\n", e.what());

@@ -527,7 +527,9 @@ StepInput read_inputs(const h5::Group& ig, const Config& cfg, int num_blocks,
 
 }  // namespace
 
-GoldenCase read(const std::string& path, const ReadLimits& limits) {
+namespace {
+
+GoldenCase read_here(const std::string& path, const ReadLimits& limits) {
   h5::File f = h5::File::open(path, limits.max_bytes);
   const h5::Group root = f.root();
   GoldenCase c;
@@ -600,8 +602,8 @@ GoldenCase read(const std::string& path, const ReadLimits& limits) {
   return c;
 }
 
-std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
-                                      const ReadLimits& limits) {
+std::vector<StepTrace> read_candidate_here(const std::string& path, const GoldenCase& golden,
+                                           const ReadLimits& limits) {
   h5::File f = h5::File::open(path, limits.max_bytes);
   const h5::Group root = f.root();
   const Config& cfg = golden.cfg;
@@ -665,6 +667,23 @@ std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase&
                             std::to_string(out.size() - 1) + " (steps are step0, step1, ...)");
   }
   return out;
+}
+
+}  // namespace
+
+GoldenCase read(const std::string& path, const ReadLimits& limits) {
+  if (limits.contain)
+    h5::contain(
+        path, [&] { read_here(path, limits); }, limits.max_bytes);
+  return read_here(path, limits);
+}
+
+std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
+                                      const ReadLimits& limits) {
+  if (limits.contain)
+    h5::contain(
+        path, [&] { read_candidate_here(path, golden, limits); }, limits.max_bytes);
+  return read_candidate_here(path, golden, limits);
 }
 
 namespace {

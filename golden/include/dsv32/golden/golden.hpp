@@ -32,6 +32,8 @@ struct ReadLimits {
   int max_tokens = 1 << 16;      // capture_size (so T_a) of one step
   int max_steps = 4096;          // steps of a case
   int max_num_blocks = 1 << 20;  // the cache's blocks (num_blocks, or 1 + the largest id named)
+  /// Parse in a child process first (h5::contain): a file that crashes libhdf5 is an error.
+  bool contain = true;
 };
 
 /// Everything a golden file holds.

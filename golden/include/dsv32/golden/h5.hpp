@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -122,5 +123,14 @@ class File {
   bool writing_ = false;
   std::shared_ptr<Budget> budget_;
 };
+
+/// Runs `parse` (which reads `path` through this library) in a child process first, so that a
+/// file corrupt in a way libhdf5 does not survive (a crash, an endless loop or an unbounded
+/// allocation inside the library on a damaged heap or B-tree; docs/BAD_INPUT.md) is reported as
+/// a GoldenError naming the file instead of taking this process down. Returns when the child
+/// parsed the file; throws the child's GoldenError message when it refused it, and names the
+/// signal, the time limit (10 s + 1 s per 5 MB) or the memory bound (`max_bytes` more than this
+/// process holds) when libhdf5 did not come back.
+void contain(const std::string& path, const std::function<void()>& parse, double max_bytes);
 
 }  // namespace dsv32::h5
