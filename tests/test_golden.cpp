@@ -3,11 +3,14 @@
 
 #include <sys/wait.h>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
@@ -302,11 +305,85 @@ TEST_F(GoldenFiles, InterruptedWriterLeavesNoFinalFile) {
   const int rc = std::system(cmd.c_str());
   EXPECT_NE(rc, 0);
   EXPECT_FALSE(fs::exists(dir_ / "mixed.h5"));
+  EXPECT_FALSE(fs::exists(dir_ / "mixed.h5.tmp"));  // built in memory: nothing on disk yet
   EXPECT_EQ(
       WEXITSTATUS(std::system(
           (tool + " golden --case mixed --out " + dir_.string() + " >/dev/null 2>&1").c_str())),
       0);
   EXPECT_NO_THROW(golden::read((dir_ / "mixed.h5").string()));
+}
+
+TEST_F(GoldenFiles, ASignalWhileWritingRemovesTheTemporaryFile) {
+  // A child writes 64 MiB and is sent SIGTERM after its first chunk: the handler removes the
+  // temporary file, then the process ends by the signal.
+  const std::string path = (dir_ / "big.bin").string();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    files::install_signal_cleanup();
+    const std::string bytes(std::size_t{64} << 20, 'x');
+    files::write_atomically(path, bytes, [](std::size_t, std::size_t) { std::raise(SIGTERM); });
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(GoldenFiles, AWriteIntoAMissingDirectoryNamesItAndLeavesNothing) {
+  const std::string path = (dir_ / "no-such-dir" / "x.json").string();
+  try {
+    files::write_atomically(path, "{}\n");
+    FAIL() << "wrote into a missing directory";
+  } catch (const files::WriteError& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such-dir/x.json.tmp: cannot create"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(files::require_writable_location(path), files::WriteError);
+  EXPECT_THROW(files::require_writable_location(dir_.string()), files::WriteError);  // a dir
+}
+
+TEST_F(GoldenFiles, ACrashOrRefusalInsideTheReaderIsContained) {
+  const std::string p = copy_of_default();
+  try {
+    h5::contain(
+        p, [] { std::raise(SIGSEGV); }, 1 << 30);
+    FAIL() << "a crash in the child was not reported";
+  } catch (const h5::GoldenError& e) {
+    // "(Segmentation fault)", or a sanitizer's exit status where one catches the fault first.
+    EXPECT_NE(std::string(e.what()).find("the HDF5 library crashed ("), std::string::npos)
+        << e.what();
+  }
+  try {
+    h5::contain(
+        p, [] { throw h5::GoldenError("x.h5:/steps: what the child said"); }, 1 << 30);
+    FAIL() << "a refusal in the child was not reported";
+  } catch (const h5::GoldenError& e) {
+    EXPECT_STREQ(e.what(), "x.h5:/steps: what the child said");
+  }
+#if !defined(__SANITIZE_ADDRESS__)
+  try {
+    h5::contain(
+        p, [] { std::vector<char> v(std::size_t{1} << 36, 1); }, 1 << 20);
+    FAIL() << "an allocation past the bound was not reported";
+  } catch (const h5::GoldenError& e) {
+    EXPECT_NE(std::string(e.what()).find("memory bound"), std::string::npos) << e.what();
+  }
+#endif
+  EXPECT_NO_THROW(h5::contain(
+      p, [&] { golden::read(p); }, 1 << 30));
+}
+
+TEST_F(GoldenFiles, InfInExpectedIsRefusedByName) {
+  const std::string p = copy_of_default();
+  edit_doubles(p, "steps/step1/expected/layer0/lse",
+               [](std::vector<double>& v) { v[2] = -std::numeric_limits<double>::infinity(); });
+  EXPECT_NE(refusal(p).find("/steps/step1/expected/layer0/lse: -Inf at (0, 2)"), std::string::npos)
+      << refusal(p);
 }
 
 TEST(GoldenConfig, JsonRoundTripsEveryPreset) {

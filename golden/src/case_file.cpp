@@ -1,5 +1,7 @@
 #include "dsv32/golden/case_file.hpp"
 
+#include "dsv32/golden/files.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -166,7 +168,13 @@ void apply_keys(Config& c, const At& a, const CaseLimits& lim) {
   set_enum("precision", c.precision);
 }
 
+/// A case file or a Hugging Face config: a regular file (a FIFO would block) of at most 16 MiB.
 std::string read_text(const std::string& path, const std::string& what) {
+  if (const std::string why = files::not_regular_file_reason(path); !why.empty())
+    throw CaseFileError(what + ": " + path + ": " + why);
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) > (std::uintmax_t{16} << 20) && !ec)
+    throw CaseFileError(what + ": " + path + ": larger than 16 MiB, not a case or config file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CaseFileError(what + ": cannot read " + path);
   std::ostringstream s;

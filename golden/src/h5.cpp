@@ -519,11 +519,15 @@ void contain(const std::string& path, const std::function<void()>& parse, double
   if (WIFSIGNALED(status))
     throw GoldenError(path + ": the HDF5 library crashed (" + strsignal(WTERMSIG(status)) +
                       ") reading this file: the file is corrupt in a way its own checks miss");
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 0) return;
+  if (code == 3)
     throw GoldenError(path + ": reading this file would take more than the reader's memory bound " +
                       "(a damaged size inside the file?)");
-  throw GoldenError(message.empty() ? path + ": unreadable" : message);
+  if (code == 2 && !message.empty()) throw GoldenError(message);
+  // A sanitizer's report of a fault inside the library ends the child with its own exit code.
+  throw GoldenError(path + ": the HDF5 library crashed (exit status " + std::to_string(code) +
+                    ") reading this file: the file is corrupt in a way its own checks miss");
 }
 
 }  // namespace dsv32::h5
