@@ -194,7 +194,16 @@ void add_golden(CLI::App& app, int& exit_code) {
       ->check(positive_up_to(1 << 20))
       ->capture_default_str();
   sub->add_flag("--all", o->all, "Generate every committed case and MANIFEST.json");
-  sub->add_option("--out", o->out, "Output directory")->default_val(".");
+  sub->add_option("--out", o->out, "Output directory (created when missing)")
+      ->check(CLI::Validator(
+          [](std::string& dir) {
+            std::error_code ec;
+            return std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)
+                       ? dir + ": exists and is not a directory"
+                       : std::string();
+          },
+          "DIR"))
+      ->default_val(".");
   sub->add_option("--generator", o->generator,
                   "Generator attribute to record (default: this build)");
   sub->add_option("--check", o->check,

@@ -81,7 +81,8 @@ void add_gpu(CLI::App& app, int& exit_code) {
                   "Tensor-parallel ranks, one GPU each (each holds num_heads / tp heads)")
       ->check(int_in(1, 64))
       ->capture_default_str();
-  sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file");
+  sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file")
+      ->check(kOutputFile);
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 
