@@ -49,6 +49,35 @@ TEST(GpuPlans, CaptureRunsNoGraphOp) {
   }
 }
 
+TEST(GpuPlans, OneStackKeepsTwoPlansOfOneCaptureSizeApart) {
+  DSV32_REQUIRE_GPU();
+  // Independent prefill steps (new requests each, so no step reads another's cache) at one
+  // capture size, run on one stack alternating a correct plan with a wrong one of the same
+  // name: `narrow` with sparse_mqa captured (its metadata baked at capture). The correct plan
+  // must give eager's bits every time and the wrong one must not: a stack that keyed its
+  // captures by size, or by name, would replay one plan's graph for the other.
+  const golden::GoldenCase gc = golden::read(fixture("default"));
+  ScenarioBuilder b(gc.cfg, 5, gc.num_blocks);
+  std::vector<StepInput> steps;
+  for (int i = 0; i < 6; ++i) steps.push_back(b.step({{2 * i, 3}, {2 * i + 1, 2}}, 8));
+  const std::vector<StepTrace> eager = run_plan(gc.cfg, gc.weights, gc.num_blocks, steps, "eager");
+  const boundary::Plan good = boundary::plan_preset("narrow", gc.cfg);
+  boundary::Plan bad = boundary::mutate_plan(good, "capture-host-op");
+  bad.name = good.name;
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 8);
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const bool use_bad = s % 2 == 1;
+    const StepTrace t = stack.run(use_bad ? bad : good, steps[s]);
+    const CompareResult r = compare_abs(t.output, eager[s].output, 0.0);
+    if (use_bad)
+      EXPECT_FALSE(r.pass) << "step " << s << ": the wrong plan gave eager's bits (it replayed "
+                           << "the correct plan's graph)";
+    else
+      EXPECT_TRUE(r.pass) << "step " << s << ": " << r.summary();
+  }
+  EXPECT_EQ(stack.capture_count(), 2);
+}
+
 /// Runs every step of a case under each plan on its own stack; all must equal `eager` bitwise.
 void expect_plans_bitwise_equal(const golden::GoldenCase& gc) {
   const std::vector<StepTrace> base =

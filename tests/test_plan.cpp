@@ -29,6 +29,32 @@ TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
   EXPECT_EQ(boundary::plan_preset("narrow-copy", cfg).ops(cfg, 0).back(), "residual_add");
 }
 
+TEST(PlanSignature, NamesWhatIsRecordedNotWhatItIsCalled) {
+  // A stack keys its captures by signature: a renamed plan may share a graph, a plan whose
+  // placement or form changed under a known name may not.
+  const Config cfg = preset("tiny-fs");
+  std::vector<std::string> seen;
+  for (const std::string& name : boundary::plan_names()) {
+    const std::string sig = boundary::plan_preset(name, cfg).signature();
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), sig), 0) << name << " shares " << sig;
+    seen.push_back(sig);
+  }
+  boundary::Plan renamed = boundary::plan_preset("narrow", cfg);
+  renamed.name = "my-narrow";
+  EXPECT_EQ(renamed.signature(), boundary::plan_preset("narrow", cfg).signature());
+  boundary::Plan moved = boundary::plan_preset("narrow", cfg);
+  moved.placement[1]["o_proj"] = boundary::Placement::eager;
+  EXPECT_NE(moved.signature(), boundary::plan_preset("narrow", cfg).signature());
+  boundary::Plan copy = boundary::plan_preset("narrow", cfg);
+  copy.copy_form = true;
+  EXPECT_NE(copy.signature(), boundary::plan_preset("narrow", cfg).signature());
+  for (const char* mutant : {"capture-host-op", "uv-captured-nocopy"}) {
+    boundary::Plan m = boundary::mutate_plan(boundary::plan_preset("narrow", cfg), mutant);
+    m.name = "narrow";
+    EXPECT_NE(m.signature(), boundary::plan_preset("narrow", cfg).signature()) << mutant;
+  }
+}
+
 TEST(PlanOps, EveryNameIsOneOpAndBack) {
   const auto& names = boundary::op_names();
   ASSERT_EQ(names.size(), static_cast<std::size_t>(boundary::Op::residual_add) + 1);

@@ -51,6 +51,17 @@ Placement Plan::at(int layer, const std::string& op) const {
   return it == m.end() ? Placement::graph : it->second;
 }
 
+std::string Plan::signature() const {
+  std::string s = std::string(capture ? "capture" : "eager") + (copy_form ? " copy" : " no-copy") +
+                  (allow_host_capture ? " host-capture" : "");
+  for (std::size_t l = 0; l < placement.size(); ++l) {
+    s += " |";
+    for (const std::string& op : op_names())
+      s += at(static_cast<int>(l), op) == Placement::graph ? 'G' : 'E';
+  }
+  return s;
+}
+
 std::vector<std::string> plan_names() {
   return {"eager", "breakable-eager", "wide", "narrow", "narrow-copy"};
 }

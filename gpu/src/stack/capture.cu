@@ -18,14 +18,14 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
   if (!plan.capture) {
     run_layers(plan);
   } else {
-    auto it = captures_.find({plan.name, T});
+    auto it = captures_.find({plan.signature(), T});
     if (it == captures_.end()) {
       if (replay_only)
         throw boundary::PlanError("plan '" + plan.name + "' was not captured at capture size " +
                                   std::to_string(T));
       capture(plan, T, false);
       upload_step(in);  // capture ran its eager ops on empty metadata
-      it = captures_.find({plan.name, T});
+      it = captures_.find({plan.signature(), T});
     }
     it->second->replay();
   }
@@ -91,7 +91,7 @@ CaptureInfo StackImpl<S>::capture(const boundary::Plan& plan, int T, bool allow_
   }
   join_side();
   const CaptureInfo info = graph->end();
-  captures_[{plan.name, T}] = std::move(graph);
+  captures_[{plan.signature(), T}] = std::move(graph);
   return info;
 }
 

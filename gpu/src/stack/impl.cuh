@@ -220,6 +220,7 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   int leads_ = 0;
 
   // Captures: one per (plan name, capture size).
+  // Keyed by (Plan::signature(), capture size): what a plan records, not what it is called.
   std::map<std::pair<std::string, int>, std::unique_ptr<BreakableGraph>> captures_;
   bool in_capture_ = false, in_graph_ = false, eager_segment_ = false;
 

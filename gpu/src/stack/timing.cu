@@ -79,7 +79,7 @@ typename StackImpl<S>::Timing StackImpl<S>::median_ms(const char* what, F&& laun
 template <class S>
 double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   run(plan, in, false);  // warm-up; captures on first use
-  const auto it = captures_.find({plan.name, in.capture_size});
+  const auto it = captures_.find({plan.signature(), in.capture_size});
   const auto step = [&] {
     if (!plan.capture)
       run_layers(plan);

@@ -58,6 +58,11 @@ struct Plan {
   /// The ops layer l runs, in order.
   std::vector<std::string> ops(const Config& cfg, int layer) const;
   Placement at(int layer, const std::string& op) const;
+  /// What the plan records, whatever its name: the capture and copy-form switches and each
+  /// layer's placement of every op ("G"/"E" in op_names() order). Two plans with one signature
+  /// capture the same graphs; a stack keys its captures by (signature, capture size), so a
+  /// plan renamed or a placement changed under a known name never replays another's graph.
+  std::string signature() const;
 };
 
 /// Names of the presets: eager, breakable-eager, wide, narrow, narrow-copy (full is refused

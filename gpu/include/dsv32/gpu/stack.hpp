@@ -57,8 +57,8 @@ class Stack {
   /// rows [0, T_a) with the oracle's names, shapes and the storage dtypes.
   StepTrace step(const StepInput& in);
 
-  /// Captures `plan` at capture size T (once per plan name and T): G ops are recorded into graph
-  /// segments, each eager op ends the segment, runs for real on empty metadata (no real rows;
+  /// Captures `plan` at capture size T (once per plan signature and T): G ops are recorded into
+  /// graph segments, each eager op ends the segment, runs for real on empty metadata (no real rows;
   /// the residual stream holds ones) and is recorded for replay. Validates the plan unless
   /// `allow_host_capture`.
   CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture = false);
@@ -71,7 +71,8 @@ class Stack {
   /// Turns on one stack mutant of BOUNDARIES.md section 4 ("" turns it off; plan mutants go
   /// through mutate_plan); drops the captures held. Throws PlanError for other names.
   void set_mutant(const std::string& name);
-  /// Captures held: one per (plan name, capture size), reused by every later step of that size.
+  /// Captures held: one per (plan signature, capture size), reused by every later step of that
+  /// size (boundary::Plan::signature: a renamed plan shares, a changed placement does not).
   int capture_count() const;
   /// How many times an F layer's indexer has been forked onto its own stream since construction,
   /// by eager steps and into captures (a capture's eager warm-up not counted); 0 without
