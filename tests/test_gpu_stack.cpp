@@ -226,6 +226,21 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
   }
 }
 
+TEST(GpuMemory, TheCopyFormLatentIsEachLayersStaticLatent) {
+  DSV32_REQUIRE_GPU();
+  // What bench-gpu --memory subtracts for a no-copy plan: one (max_tokens, H, Lkv) latent per
+  // layer in the storage type (bf16 in bf16 precision, fp32 in fp32 precision).
+  for (const char* name : {"default", "precision-fp32"}) {
+    const golden::GoldenCase gc = golden::read(fixture(name));
+    const Config& c = gc.cfg;
+    gpu::Stack stack(c, gc.weights, gc.num_blocks, 24);
+    const std::size_t storage = c.precision == Precision::bf16 ? 2 : 4;
+    EXPECT_EQ(stack.copy_form_bytes(),
+              static_cast<std::size_t>(c.num_layers) * 24 * c.num_heads * c.kv_lora_rank * storage)
+        << name;
+  }
+}
+
 TEST(GpuErrors, BadInputsGiveClearErrors) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::read(fixture("default"));

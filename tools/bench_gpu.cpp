@@ -35,6 +35,8 @@ struct Options {
   std::vector<int> per_op_tokens = {1, 8, 64, 512};
   std::vector<int> tp = {1};
   bool ablate = false;
+  bool memory = false;
+  int memory_max_size = 512;
   // The stack's switches (gpu::StackOptions), for A/B runs; recorded in every JSON.
   bool pdl = true, overlap = true, index_mma = true, topk_bins = true;
 };
@@ -319,12 +321,84 @@ int run_ablate(const Options& o) {
   if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   return kExitPass;
 }
+
+/// Device memory per plan: the stack's static buffers (one stack per plan, sized for
+/// --memory-max-size tokens) and the graphs of its captures at every size of vLLM's list up to
+/// it, from cudaMemGetInfo deltas; the copy form's static latent counted as needed only by the
+/// plans that read it.
+int run_memory(const Options& o) {
+  Config cfg = preset(o.preset);
+  cfg.num_layers = o.layers;
+  cfg.index_topk_pattern = std::string(static_cast<std::size_t>(o.layers), 'F');
+  cfg.validate();
+  const Weights w = Weights::generate(cfg, 1);
+  int max_batch = 1;
+  for (int n : o.decode) max_batch = std::max(max_batch, n);
+  const int blocks = max_batch * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
+  const std::vector<int> sizes = boundary::capture_sizes(o.memory_max_size);
+  const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
+  fmt::print(
+      "bench-gpu --memory: {} ({} layers), {} cache blocks ({} tokens each of {} "
+      "requests), capture sizes 1..{} ({} sizes), {}\n",
+      o.preset, o.layers, blocks, o.context + 1, max_batch, o.memory_max_size, sizes.size(),
+      gpu::device_summary());
+  fmt::print("stack options: {}\n", options_text(o));
+  fmt::print("{:<16} {:>10} {:>11} {:>10} {:>10} {:>13} {:>10}\n", "plan", "static", "copy latent",
+             "needed", "graphs", "max a capture", "total");
+  nlohmann::json out;
+  out["options"] = options_json(o);
+  out["preset"] = o.preset;
+  out["layers"] = o.layers;
+  out["context"] = o.context;
+  out["num_blocks"] = blocks;
+  out["capture_sizes"] = sizes;
+  for (const std::string& name : boundary::plan_names()) {
+    const boundary::Plan plan = boundary::plan_preset(name, cfg);
+    if (!plan.capture) continue;  // eager: no captures, the same static buffers
+    const std::size_t before = gpu::device_used_bytes();
+    gpu::Stack stack(cfg, w, blocks, o.memory_max_size, 0, nullptr, stack_options(o));
+    const std::size_t built = gpu::device_used_bytes();
+    std::vector<std::size_t> per;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::size_t b = gpu::device_used_bytes();
+      stack.capture(plan, sizes[i]);
+      per.push_back(gpu::device_used_bytes() - b);
+      fmt::print(stderr, "\r  {}: captured {}/{} sizes", name, i + 1, sizes.size());
+    }
+    fmt::print(stderr, "\r{:40}\r", "");
+    const double statics = static_cast<double>(built - before);
+    const double graphs = static_cast<double>(gpu::device_used_bytes() - built);
+    const double copy = static_cast<double>(stack.copy_form_bytes());
+    const double needed = plan.copy_form ? statics : statics - copy;
+    const std::size_t worst = *std::max_element(per.begin(), per.end());
+    fmt::print(
+        "{:<16} {:>6.2f} GiB {:>7.2f} GiB {:>6.2f} GiB {:>6.3f} GiB {:>9.1f} MiB {:>6.2f} GiB\n",
+        name, statics / gib, copy / gib, needed / gib, graphs / gib,
+        static_cast<double>(worst) / mib, (needed + graphs) / gib);
+    out["rows"].push_back({{"plan", name},
+                           {"static_bytes", statics},
+                           {"copy_form_latent_bytes", copy},
+                           {"needed_static_bytes", needed},
+                           {"graph_bytes", graphs},
+                           {"graph_bytes_per_size", per},
+                           {"captures", stack.capture_count()},
+                           {"total_needed_bytes", needed + graphs}});
+  }
+  fmt::print(
+      "static: the stack's buffers (weights, caches, inter-op tensors; the same for every plan); "
+      "copy latent: each layer's static latent, held by every stack, needed by the copy form "
+      "only; needed = static, less the copy latent for a no-copy plan; graphs: every capture's "
+      "instantiated graph over the sizes; total = needed + graphs\n");
+  if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
+  return kExitPass;
+}
+
 #endif
 
 int run(const Options& o) {
-  if (o.per_op && o.ablate) {
+  if (o.per_op + o.ablate + o.memory > 1) {
     fmt::print(stderr,
-               "dsv32 bench-gpu: --per-op and --ablate are two different benchmarks; "
+               "dsv32 bench-gpu: --per-op, --ablate and --memory are different benchmarks; "
                "give one\n");
     return kExitUsage;
   }
@@ -335,6 +409,7 @@ int run(const Options& o) {
   }
   if (o.per_op) return run_per_op(o);
   if (o.ablate) return run_ablate(o);
+  if (o.memory) return run_memory(o);
   Config cfg = preset(o.preset);
   cfg.num_layers = o.layers;
   cfg.index_topk_pattern = std::string(1, 'F') + std::string(o.layers - 1, 'F');
@@ -420,6 +495,12 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
   sub->add_flag("--per-op-eager", o->per_op_eager,
                 "Launch each op's repeats eagerly (host launches included) instead of timing "
                 "them captured as one CUDA graph");
+  sub->add_flag("--memory", o->memory,
+                "Device memory of every capturing plan: the stack's static buffers and its "
+                "graphs over vLLM's capture sizes up to --memory-max-size (table and --json)");
+  sub->add_option("--memory-max-size", o->memory_max_size, "Largest capture size of --memory")
+      ->check(int_in(1, 8192))
+      ->capture_default_str();
   sub->add_flag("--ablate", o->ablate,
                 "What each launch of one F layer of --preset costs the step: the layer timed "
                 "(eager and narrow) with each launch left out in turn, at --decode sizes and "

@@ -68,6 +68,12 @@ std::string device_summary() {
          std::to_string(static_cast<int>(gib * 10 + 0.5) % 10) + " GiB)";
 }
 
+std::size_t device_used_bytes() {
+  std::size_t free = 0, total = 0;
+  detail::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total - free;
+}
+
 double copy_bandwidth_gbs(std::size_t bytes, int repeats) {
   using detail::check;
   detail::DeviceBuffer<std::uint8_t> a(bytes), b(bytes);

@@ -90,6 +90,10 @@ void Stack::set_mutant(const std::string& name) {
   impl_->set_mutant(name);
 }
 
+std::size_t Stack::copy_form_bytes() const {
+  return impl_->copy_form_bytes();
+}
+
 int Stack::capture_count() const {
   return impl_->capture_count();
 }

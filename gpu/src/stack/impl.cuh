@@ -33,6 +33,7 @@ struct Stack::Impl {
   virtual double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) = 0;
   virtual double last_host_ms() const = 0;
   virtual int capture_count() const = 0;
+  virtual std::size_t copy_form_bytes() const = 0;
   virtual int indexer_forks() const = 0;
   virtual int indexer_leads() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
@@ -88,6 +89,11 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) override;
   void set_mutant(const std::string& name) override;
   int capture_count() const override { return static_cast<int>(captures_.size()); }
+  std::size_t copy_form_bytes() const override {
+    std::size_t n = 0;
+    for (const LayerDev<S>& w : layers_) n += w.olat_static->size() * sizeof(S);
+    return n;
+  }
   int indexer_forks() const override { return forks_; }
   int indexer_leads() const override { return leads_; }
   // timing.cu

@@ -21,6 +21,10 @@ int device_count();
 /// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for device 0; throws CudaError without a device.
 std::string device_summary();
 
+/// Bytes of device 0's memory in use now, by every process (cudaMemGetInfo: total - free). The
+/// driver hands out memory in pages of 2 MiB, so a delta is a multiple of that.
+std::size_t device_used_bytes();
+
 /// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written per second), from
 /// `repeats` copies of `bytes` timed with CUDA events: the rate a bandwidth floor assumes.
 double copy_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int repeats = 10);

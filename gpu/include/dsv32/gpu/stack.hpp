@@ -71,6 +71,10 @@ class Stack {
   /// Turns on one stack mutant of BOUNDARIES.md section 4 ("" turns it off; plan mutants go
   /// through mutate_plan); drops the captures held. Throws PlanError for other names.
   void set_mutant(const std::string& name);
+  /// Bytes of the static buffers only the copy form reads: each layer's static latent, where
+  /// `latent_copy` puts the backend's output for `uv_proj_static` (max_tokens x H x Lkv in the
+  /// storage type). The stack holds them for every plan; a no-copy plan does not need them.
+  std::size_t copy_form_bytes() const;
   /// Captures held: one per (plan signature, capture size), reused by every later step of that
   /// size (boundary::Plan::signature: a renamed plan shares, a changed placement does not).
   int capture_count() const;
