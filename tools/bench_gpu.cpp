@@ -322,10 +322,12 @@ int run_ablate(const Options& o) {
   return kExitPass;
 }
 
-/// Device memory per plan: the stack's static buffers (one stack per plan, sized for
-/// --memory-max-size tokens) and the graphs of its captures at every size of vLLM's list up to
-/// it, from cudaMemGetInfo deltas; the copy form's static latent counted as needed only by the
-/// plans that read it.
+/// Device memory per plan: one stack sized for --memory-max-size tokens holds the graphs of
+/// every capturing plan at every size of vLLM's list up to it (captures are keyed by plan and
+/// size, as a full-and-piecewise runtime holds two kinds), each plan's from cudaMemGetInfo
+/// deltas around its captures; nothing is freed between plans, so no plan's count reuses pages
+/// another freed. The static buffers are measured once; the copy form's static latent is counted
+/// as needed only by the plans that read it.
 int run_memory(const Options& o) {
   Config cfg = preset(o.preset);
   cfg.num_layers = o.layers;
@@ -343,8 +345,16 @@ int run_memory(const Options& o) {
       o.preset, o.layers, blocks, o.context + 1, max_batch, o.memory_max_size, sizes.size(),
       gpu::device_summary());
   fmt::print("stack options: {}\n", options_text(o));
-  fmt::print("{:<16} {:>10} {:>11} {:>10} {:>10} {:>13} {:>10}\n", "plan", "static", "copy latent",
-             "needed", "graphs", "max a capture", "total");
+  const std::size_t before = gpu::device_used_bytes();
+  gpu::Stack stack(cfg, w, blocks, o.memory_max_size, 0, nullptr, stack_options(o));
+  const double statics = static_cast<double>(gpu::device_used_bytes() - before);
+  const double copy = static_cast<double>(stack.copy_form_bytes());
+  fmt::print(
+      "static buffers (weights, caches, inter-op tensors): {:.3f} GiB, of which the copy "
+      "form's static latent {:.3f} GiB\n",
+      statics / gib, copy / gib);
+  fmt::print("{:<16} {:>12} {:>12} {:>14} {:>12}\n", "plan", "needed", "graphs", "max a capture",
+             "total");
   nlohmann::json out;
   out["options"] = options_json(o);
   out["preset"] = o.preset;
@@ -352,12 +362,12 @@ int run_memory(const Options& o) {
   out["context"] = o.context;
   out["num_blocks"] = blocks;
   out["capture_sizes"] = sizes;
+  out["static_bytes"] = statics;
+  out["copy_form_latent_bytes"] = copy;
   for (const std::string& name : boundary::plan_names()) {
     const boundary::Plan plan = boundary::plan_preset(name, cfg);
     if (!plan.capture) continue;  // eager: no captures, the same static buffers
-    const std::size_t before = gpu::device_used_bytes();
-    gpu::Stack stack(cfg, w, blocks, o.memory_max_size, 0, nullptr, stack_options(o));
-    const std::size_t built = gpu::device_used_bytes();
+    const std::size_t start = gpu::device_used_bytes();
     std::vector<std::size_t> per;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const std::size_t b = gpu::device_used_bytes();
@@ -366,29 +376,22 @@ int run_memory(const Options& o) {
       fmt::print(stderr, "\r  {}: captured {}/{} sizes", name, i + 1, sizes.size());
     }
     fmt::print(stderr, "\r{:40}\r", "");
-    const double statics = static_cast<double>(built - before);
-    const double graphs = static_cast<double>(gpu::device_used_bytes() - built);
-    const double copy = static_cast<double>(stack.copy_form_bytes());
+    const double graphs = static_cast<double>(gpu::device_used_bytes() - start);
     const double needed = plan.copy_form ? statics : statics - copy;
-    const std::size_t worst = *std::max_element(per.begin(), per.end());
-    fmt::print(
-        "{:<16} {:>6.2f} GiB {:>7.2f} GiB {:>6.2f} GiB {:>6.3f} GiB {:>9.1f} MiB {:>6.2f} GiB\n",
-        name, statics / gib, copy / gib, needed / gib, graphs / gib,
-        static_cast<double>(worst) / mib, (needed + graphs) / gib);
+    fmt::print("{:<16} {:>8.3f} GiB {:>8.3f} GiB {:>10.1f} MiB {:>8.3f} GiB\n", name, needed / gib,
+               graphs / gib, static_cast<double>(*std::max_element(per.begin(), per.end())) / mib,
+               (needed + graphs) / gib);
     out["rows"].push_back({{"plan", name},
-                           {"static_bytes", statics},
-                           {"copy_form_latent_bytes", copy},
                            {"needed_static_bytes", needed},
                            {"graph_bytes", graphs},
                            {"graph_bytes_per_size", per},
-                           {"captures", stack.capture_count()},
                            {"total_needed_bytes", needed + graphs}});
   }
+  out["captures_held"] = stack.capture_count();
   fmt::print(
-      "static: the stack's buffers (weights, caches, inter-op tensors; the same for every plan); "
-      "copy latent: each layer's static latent, held by every stack, needed by the copy form "
-      "only; needed = static, less the copy latent for a no-copy plan; graphs: every capture's "
-      "instantiated graph over the sizes; total = needed + graphs\n");
+      "needed: the static buffers, less the copy form's latent for a no-copy plan; graphs: the "
+      "plan's instantiated graphs over the sizes (cudaMemGetInfo deltas, 2 MiB pages); total = "
+      "needed + graphs\n");
   if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   return kExitPass;
 }
