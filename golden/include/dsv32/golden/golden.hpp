@@ -27,7 +27,7 @@ std::string config_difference(const Config& a, const Config& b);
 /// The stated bounds of a reader (docs/BAD_INPUT.md), checked before anything is allocated.
 struct ReadLimits {
   /// Bytes held for the file's tensors (as doubles) and the caches of the two oracles that
-  /// judge it. dsv32-full needs about 2 GiB.
+  /// judge it (the committed fixtures need a few MB of it).
   double max_bytes = 16.0 * (1ull << 30);
   int max_tokens = 1 << 16;      // capture_size (so T_a) of one step
   int max_steps = 4096;          // steps of a case
