@@ -322,6 +322,27 @@ int run_ablate(const Options& o) {
   return kExitPass;
 }
 
+/// The stack the plan-timing and memory benchmarks build: --preset with --layers F layers.
+Config stack_config(const Options& o) {
+  Config cfg = preset(o.preset);
+  cfg.num_layers = o.layers;
+  cfg.index_topk_pattern = std::string(static_cast<std::size_t>(o.layers), 'F');
+  cfg.validate();
+  return cfg;
+}
+
+/// The largest --decode batch.
+int largest_batch(const Options& o) {
+  int m = 1;
+  for (int n : o.decode) m = std::max(m, n);
+  return m;
+}
+
+/// Cache blocks for the largest batch's requests at --context tokens (and one new token) each.
+int cache_blocks(const Config& cfg, const Options& o) {
+  return largest_batch(o) * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
+}
+
 /// Device memory per plan: one stack sized for --memory-max-size tokens holds the graphs of
 /// every capturing plan at every size of vLLM's list up to it (captures are keyed by plan and
 /// size, as a full-and-piecewise runtime holds two kinds), each plan's from cudaMemGetInfo
@@ -329,14 +350,9 @@ int run_ablate(const Options& o) {
 /// another freed. The static buffers are measured once; the copy form's static latent is counted
 /// as needed only by the plans that read it.
 int run_memory(const Options& o) {
-  Config cfg = preset(o.preset);
-  cfg.num_layers = o.layers;
-  cfg.index_topk_pattern = std::string(static_cast<std::size_t>(o.layers), 'F');
-  cfg.validate();
+  const Config cfg = stack_config(o);
   const Weights w = Weights::generate(cfg, 1);
-  int max_batch = 1;
-  for (int n : o.decode) max_batch = std::max(max_batch, n);
-  const int blocks = max_batch * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
+  const int max_batch = largest_batch(o), blocks = cache_blocks(cfg, o);
   const std::vector<int> sizes = boundary::capture_sizes(o.memory_max_size);
   const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
   fmt::print(
@@ -413,15 +429,9 @@ int run(const Options& o) {
   if (o.per_op) return run_per_op(o);
   if (o.ablate) return run_ablate(o);
   if (o.memory) return run_memory(o);
-  Config cfg = preset(o.preset);
-  cfg.num_layers = o.layers;
-  cfg.index_topk_pattern = std::string(1, 'F') + std::string(o.layers - 1, 'F');
-  cfg.validate();
+  const Config cfg = stack_config(o);
   const Weights w = Weights::generate(cfg, 1);
-  int max_batch = 1;
-  for (int n : o.decode) max_batch = std::max(max_batch, n);
-  const int per = (o.context + 1 + cfg.block_size - 1) / cfg.block_size;
-  const int blocks = max_batch * per;
+  const int max_batch = largest_batch(o), blocks = cache_blocks(cfg, o);
   fmt::print("bench-gpu: {} ({} layers), context {}, {} timed replays per cell, {}\n", o.preset,
              o.layers, o.context, o.repeats, gpu::device_summary());
   fmt::print("stack options: {}\n", options_text(o));
