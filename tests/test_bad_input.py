@@ -299,5 +299,19 @@ expect("12. --case X --case X is refused", (code, text), 2, "kv-fp8 is asked for
 expect("12. a missing --fixtures directory is a usage error",
        tool("selfcheck", "--fixtures", os.path.join(SCRATCH, "no-such-dir")), 2, "--fixtures")
 
+# Found in review: a candidate's members are numbered as strictly as a golden's steps.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import dsv32  # noqa: E402
+
+golden = dsv32.read_golden(DEFAULT)
+cand = os.path.join(SCRATCH, "candidate.h5")
+dsv32.write_candidate(cand, [{k: v.copy() for k, v in st.expected.items()} for st in golden.steps])
+for bad in ("layer01", "layer99999999999"):
+    p = os.path.join(SCRATCH, f"candidate-{bad}.h5")
+    shutil.copy(cand, p)
+    edit(p, lambda f: f.move("steps/step0/expected/layer1", f"steps/step0/expected/{bad}"))
+    expect(f"a candidate's {bad} is refused, not ignored", tool("judge", p, "--golden", DEFAULT),
+           2, f"/steps/step0/expected/{bad}: not a member of a candidate step")
+
 print(f"\n{'all checks pass' if not failed else f'{len(failed)} check(s) FAIL'}")
 sys.exit(1 if failed else 0)

@@ -147,17 +147,26 @@ StepTrace read_trace(const h5::Group& g, const Config& cfg, std::int64_t Ta, boo
 
 /// The number of steps of /steps: its members must be exactly step0..step{n-1}, n >= 1 (a
 /// missing step would drop the later ones; an unknown member is another layout).
+/// N when `name` is `prefix` followed by N in plain decimal (no sign, no leading zero, at most
+/// six digits), else -1: "step3" is step 3; "step03", "step-1" and "stepx" are no step.
+int numbered(const std::string& name, const std::string& prefix) {
+  const std::size_t k = prefix.size();
+  if (name.size() <= k || name.size() > k + 6 || name.compare(0, k, prefix) != 0 ||
+      (name[k] == '0' && name.size() > k + 1))
+    return -1;
+  for (std::size_t i = k; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return -1;
+  return std::stoi(name.substr(k));
+}
+
 int count_steps(const h5::Group& sg, int max_steps) {
   const std::vector<std::string> names = sg.names();
   std::vector<bool> seen;
   for (const std::string& n : names) {
-    bool ok =
-        n.size() > 4 && n.size() <= 9 && n.rfind("step", 0) == 0 && (n[4] != '0' || n.size() == 5);
-    for (std::size_t i = 4; ok && i < n.size(); ++i) ok = n[i] >= '0' && n[i] <= '9';
-    if (!ok)
+    const int s = numbered(n, "step");
+    if (s < 0)
       throw h5::GoldenError(sg.where(n) +
                             ": not a step (the members of /steps are step0, step1, ...)");
-    const int s = std::stoi(n.substr(4));
     if (s >= max_steps)
       throw h5::GoldenError(sg.where(n) + ": more than the reader's limit of " +
                             std::to_string(max_steps) + " steps");
@@ -611,11 +620,13 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
   const h5::Group sg = root.child("steps", false);
   std::string known;
   for (const std::string& n : layer_stage_names()) known += (known.empty() ? "" : ", ") + n;
+  const int n_steps = count_steps(sg, limits.max_steps);
+  if (n_steps > static_cast<int>(golden.steps.size()))
+    throw h5::GoldenError(sg.where("step" + std::to_string(golden.steps.size())) +
+                          ": the golden has only " + std::to_string(golden.steps.size()) +
+                          " steps");
   std::vector<StepTrace> out;
-  for (int s = 0; sg.has("step" + std::to_string(s)); ++s) {
-    if (s >= static_cast<int>(golden.steps.size()))
-      throw h5::GoldenError(sg.where("step" + std::to_string(s)) + ": the golden has only " +
-                            std::to_string(golden.steps.size()) + " steps");
+  for (int s = 0; s < n_steps; ++s) {
     const h5::Group st = sg.child("step" + std::to_string(s), false);
     if (!st.has("expected")) throw h5::GoldenError(st.where("expected") + ": missing group");
     const h5::Group eg = st.child("expected", false);
@@ -623,10 +634,7 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
     StepTrace tr;
     for (const std::string& member : eg.names()) {
       if (member == "output") continue;
-      bool layer = member.rfind("layer", 0) == 0 && member.size() > 5;
-      for (std::size_t i = 5; layer && i < member.size(); ++i)
-        layer = member[i] >= '0' && member[i] <= '9';
-      if (!layer || std::stoi(member.substr(5)) >= cfg.num_layers)
+      if (const int l = numbered(member, "layer"); l < 0 || l >= cfg.num_layers)
         throw h5::GoldenError(eg.where(member) + ": not a member of a candidate step (layer0.." +
                               "layer" + std::to_string(cfg.num_layers - 1) + ", output)");
     }
@@ -656,15 +664,6 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
                             "the output)");
     tr.output = eg.read("output", eg.dtype("output"), stage_shape(cfg, "output", Ta));
     out.push_back(std::move(tr));
-  }
-  if (out.empty()) throw h5::GoldenError(sg.where("step0") + ": missing group (no steps)");
-  for (const std::string& name : sg.names()) {
-    bool known_step = false;
-    for (std::size_t s = 0; s < out.size() && !known_step; ++s)
-      known_step = name == "step" + std::to_string(s);
-    if (!known_step)
-      throw h5::GoldenError(sg.where(name) + ": not a step that follows step" +
-                            std::to_string(out.size() - 1) + " (steps are step0, step1, ...)");
   }
   return out;
 }
