@@ -4,7 +4,6 @@
 // groups are sized from when ctest starts (cmake/Dsv32TestResources.cmake).
 #include <fmt/core.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
@@ -32,10 +31,9 @@ int run(const Options& o) {
   const nlohmann::json spec = {{"version", {{"major", 1}, {"minor", 0}}},
                                {"local", nlohmann::json::array({{{"gpus", gpus}}})}};
   // Written whole or not at all; a failure names the file and the reason.
-  const std::filesystem::path path(o.out);
-  files::write_atomically(path.string(), spec.dump(2) + "\n");
+  files::write_atomically(o.out, spec.dump(2) + "\n");
   fmt::print("dsv32 resource-spec: {} GPU{} with {} slot{} each -> {}\n", n, n == 1 ? "" : "s",
-             o.slots, o.slots == 1 ? "" : "s", path.string());
+             o.slots, o.slots == 1 ? "" : "s", o.out);
   if (n == 0)
     fmt::print(stderr,
                "dsv32 resource-spec: no GPU visible: GPU tests cannot be scheduled "

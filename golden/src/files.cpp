@@ -50,6 +50,11 @@ std::string reason(int err) {
   return std::strerror(err);
 }
 
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 void on_signal(int sig) {
   remove_pending_files();
   std::signal(sig, SIG_DFL);
@@ -77,16 +82,14 @@ void require_writable_location(const std::string& path) {
   if (::stat(d.c_str(), &st) != 0)
     throw WriteError(path + ": cannot write: directory " + d + ": " + reason(errno));
   if (!S_ISDIR(st.st_mode)) throw WriteError(path + ": cannot write: " + d + " is not a directory");
-  if (struct stat self{}; ::stat(path.c_str(), &self) == 0 && S_ISDIR(self.st_mode))
-    throw WriteError(path + ": cannot write: is a directory");
+  if (is_directory(path)) throw WriteError(path + ": cannot write: is a directory");
   if (::access(d.c_str(), W_OK) != 0)
     throw WriteError(path + ": cannot write: directory " + d + ": " + reason(errno));
 }
 
 void write_atomically(const std::string& path, std::string_view bytes,
                       const std::function<void(std::size_t, std::size_t)>& progress) {
-  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    throw WriteError(path + ": cannot write: is a directory");
+  if (is_directory(path)) throw WriteError(path + ": cannot write: is a directory");
   const std::string tmp = path + ".tmp";
   const Pending pending(tmp);
   ::unlink(tmp.c_str());  // a stale one (or a link planted there) is replaced, not followed

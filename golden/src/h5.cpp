@@ -8,11 +8,10 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <type_traits>
 
