@@ -127,13 +127,32 @@ std::vector<std::pair<std::string, int*>> size_fields(Config& c, const std::stri
           {"index_topk", &c.index_topk}};
 }
 
+/// vLLM's index_topk_freq / index_skip_topk_offset in `a` as an F/S pattern of `num_layers`
+/// letters; call only where index_topk_freq is given.
+std::string pattern_from_freq(const At& a, int num_layers) {
+  const int freq = static_cast<int>(a["index_topk_freq"].integer(1, 1 << 20));
+  const int offset = a.has("index_skip_topk_offset")
+                         ? static_cast<int>(a["index_skip_topk_offset"].integer(0, 1 << 20))
+                         : 0;
+  return topk_pattern_from_vllm(num_layers, freq, offset);
+}
+
+/// `text` parsed as JSON, or a CaseFileError naming `where`.
+json parse_json(const std::string& text, const std::string& where) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw CaseFileError(where + ": not JSON: " + e.what());
+  }
+}
+
 /// GOLDEN.md's config keys present in `a` applied to `c` (each type-checked); the F/S pattern
 /// from index_topk_freq / index_skip_topk_offset where given.
 void apply_keys(Config& c, const At& a, const CaseLimits& lim) {
   std::vector<std::pair<std::string, int*>> ints = size_fields(c, "num_heads");
   ints.emplace_back("block_size", &c.block_size);
   for (const auto& [k, p] : ints)
-    if (a.has(k)) *p = static_cast<int>(a[k].integer(1, 1 << 20));
+    if (a.has(k)) *p = static_cast<int>(a[k].integer(1, kMaxConfigSize));
   if (a.has("num_layers")) {
     c.num_layers = static_cast<int>(a["num_layers"].integer(1, lim.max_layers));
     if (!a.has("index_topk_pattern") && !a.has("index_topk_freq"))
@@ -146,13 +165,7 @@ void apply_keys(Config& c, const At& a, const CaseLimits& lim) {
     if (a.has(k)) *p = a[k].number();
   if (a.has("rope_scaling")) c.rope_scaling = yarn_of(a["rope_scaling"]);
   if (a.has("index_topk_pattern")) c.index_topk_pattern = a["index_topk_pattern"].text();
-  if (a.has("index_topk_freq")) {
-    const int freq = static_cast<int>(a["index_topk_freq"].integer(1, 1 << 20));
-    const int offset = a.has("index_skip_topk_offset")
-                           ? static_cast<int>(a["index_skip_topk_offset"].integer(0, 1 << 20))
-                           : 0;
-    c.index_topk_pattern = topk_pattern_from_vllm(c.num_layers, freq, offset);
-  }
+  if (a.has("index_topk_freq")) c.index_topk_pattern = pattern_from_freq(a, c.num_layers);
   const auto set_enum = [&](const char* key, auto& field) {
     if (!a.has(key)) return;
     try {
@@ -185,12 +198,7 @@ std::string read_text(const std::string& path, const std::string& what) {
 }  // namespace
 
 Config config_from_hf(const std::string& json_text, int num_layers, const std::string& where) {
-  json hf;
-  try {
-    hf = json::parse(json_text);
-  } catch (const json::exception& e) {
-    throw CaseFileError(where + ": not JSON: " + e.what());
-  }
+  const json hf = parse_json(json_text, where);
   const At a{hf, "", where};
   if (!hf.is_object()) a.fail("expected a JSON object");
   Config c;
@@ -198,7 +206,7 @@ Config config_from_hf(const std::string& json_text, int num_layers, const std::s
   const std::vector<std::pair<std::string, int*>> ints = size_fields(c, "num_attention_heads");
   for (const auto& [k, p] : ints) {
     a.require(k);
-    *p = static_cast<int>(a[k].integer(1, 1 << 20));
+    *p = static_cast<int>(a[k].integer(1, kMaxConfigSize));
   }
   if (a.has("rms_norm_eps")) c.rms_norm_eps = a["rms_norm_eps"].number();
   // RoPE: rope_theta and rope_scaling (DeepSeek), or rope_parameters (newer Transformers).
@@ -223,23 +231,13 @@ Config config_from_hf(const std::string& json_text, int num_layers, const std::s
     c.indexer_rope =
         a["indexer_rope_interleave"].v.get<bool>() ? IndexerRope::interleaved : IndexerRope::neox;
   c.index_topk_pattern = std::string(static_cast<std::size_t>(num_layers), 'F');
-  if (a.has("index_topk_freq"))
-    c.index_topk_pattern = topk_pattern_from_vllm(
-        num_layers, static_cast<int>(a["index_topk_freq"].integer(1, 1 << 20)),
-        a.has("index_skip_topk_offset")
-            ? static_cast<int>(a["index_skip_topk_offset"].integer(0, 1 << 20))
-            : 0);
+  if (a.has("index_topk_freq")) c.index_topk_pattern = pattern_from_freq(a, num_layers);
   return c;
 }
 
 CaseSpec case_from_json(const std::string& text, const std::string& where, const std::string& dir,
                         const CaseLimits& lim) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw CaseFileError(where + ": not JSON: " + e.what());
-  }
+  const json j = parse_json(text, where);
   const At root{j, "", where};
   root.object({"name", "description", "seed", "config", "cache", "steps", "committed"});
   root.require("name");
