@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dsv32/boundary/plan.hpp"
+#include "dsv32/oracle/scenario.hpp"
 
 namespace dsv32 {
 namespace {
@@ -23,10 +24,75 @@ TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
         << e.what();
   }
   EXPECT_NO_THROW(boundary::validate(p, cfg, /*allow_host_capture=*/true));
-  EXPECT_THROW(boundary::plan_preset("full", cfg), boundary::PlanError);
+  EXPECT_THROW(boundary::plan_preset("no-such-plan", cfg), boundary::PlanError);
   EXPECT_EQ(boundary::plan_preset("narrow", cfg).ops(cfg, 1).size(),
             10u);  // S layer: no indexer ops
   EXPECT_EQ(boundary::plan_preset("narrow-copy", cfg).ops(cfg, 0).back(), "residual_add");
+}
+
+TEST(PlanPresets, FullCapturesHostOpsOnlyWithTheirDeviceDrivenVariants) {
+  const Config cfg = preset("tiny-fs");
+  const boundary::Plan full = boundary::plan_preset("full", cfg);
+  EXPECT_TRUE(full.device_driven);
+  for (int l = 0; l < cfg.num_layers; ++l)
+    for (const std::string& op : full.ops(cfg, l))
+      EXPECT_EQ(full.at(l, op), boundary::Placement::graph) << "layer " << l << " " << op;
+  EXPECT_NO_THROW(boundary::validate(full, cfg));
+  // The same placement without the device-driven variants is refused, naming the first H op.
+  boundary::Plan host = full;
+  host.device_driven = false;
+  try {
+    boundary::validate(host, cfg);
+    FAIL() << "a plan capturing indexer_topk without device-driven variants was accepted";
+  } catch (const boundary::PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0: op 'indexer_topk'"), std::string::npos)
+        << e.what();
+  }
+  boundary::Plan copy = full;
+  copy.copy_form = true;
+  EXPECT_THROW(boundary::validate(copy, cfg), boundary::PlanError);  // latent_copy has none
+  boundary::Plan orphan = full;
+  orphan.mixed = nullptr;
+  EXPECT_THROW(boundary::validate(orphan, cfg), boundary::PlanError);  // nothing serves mixed
+  boundary::Plan nested = full;
+  nested.mixed = std::make_shared<const boundary::Plan>(full);
+  EXPECT_THROW(boundary::validate(nested, cfg), boundary::PlanError);
+  EXPECT_THROW(boundary::full_and_piecewise(cfg, "full"), boundary::PlanError);
+  EXPECT_EQ(boundary::full_and_piecewise(cfg, "wide").name, "full-and-piecewise:wide");
+}
+
+TEST(PlanDispatch, DecodeOnlyStepsGoToTheFullGraphAndOthersToThePiecewisePlan) {
+  const Config cfg = preset("tiny-fs");
+  ScenarioBuilder b(cfg, 1, 40);
+  const StepInput prefill = b.step({{0, 4}, {1, 3}}, 8);
+  const StepInput decode = b.step({{0, 1}, {1, 1}}, 8);
+  const StepInput mixed = b.step({{0, 1}, {1, 1}, {2, 2}}, 8);
+  const StepInput first_tokens = b.step({{3, 1}, {4, 1}}, 2);  // new requests, one token each
+  EXPECT_FALSE(boundary::decode_only(prefill));
+  EXPECT_TRUE(boundary::decode_only(decode));
+  EXPECT_FALSE(boundary::decode_only(mixed));
+  EXPECT_TRUE(boundary::decode_only(first_tokens));
+  const boundary::Plan fp = boundary::plan_preset("full-and-piecewise", cfg);
+  const boundary::Plan full = boundary::plan_preset("full", cfg);
+  EXPECT_EQ(&fp.serving(decode), &fp);
+  EXPECT_EQ(fp.serving(mixed).name, "narrow");
+  EXPECT_EQ(fp.serving(prefill).name, "narrow");
+  EXPECT_EQ(full.serving(mixed).name, "eager");  // vLLM's FULL_DECODE_ONLY
+  EXPECT_EQ(&full.serving(first_tokens), &full);
+  const boundary::Plan narrow = boundary::plan_preset("narrow", cfg);
+  EXPECT_EQ(&narrow.serving(decode), &narrow);
+  // The two share the full graph's recording, not their identity.
+  EXPECT_EQ(fp.record_signature(), full.record_signature());
+  EXPECT_NE(fp.signature(), full.signature());
+  EXPECT_NE(fp.signature(), boundary::full_and_piecewise(cfg, "wide").signature());
+  // The full graphs' mutants need full graphs.
+  for (const char* m : {"full-for-mixed", "stale-full-metadata", "stale-short-prefill"}) {
+    EXPECT_TRUE(boundary::is_full_graph_mutant(m));
+    EXPECT_EQ(boundary::mutant_plan(m), "full-and-piecewise");
+    EXPECT_THROW(boundary::mutate_plan(narrow, m), boundary::PlanError) << m;
+    EXPECT_NO_THROW(boundary::mutate_plan(fp, m)) << m;
+  }
+  EXPECT_EQ(boundary::mutant_plan("fresh-output"), "narrow");
 }
 
 TEST(PlanSignature, NamesWhatIsRecordedNotWhatItIsCalled) {
@@ -85,7 +151,7 @@ TEST(PlanMutants, EveryStackMutantHasItsOwnValue) {
     EXPECT_EQ(std::count(seen.begin(), seen.end(), m), 0) << name << " shares its value";
     seen.push_back(m);
   }
-  EXPECT_EQ(seen.size(), 8u);
+  EXPECT_EQ(seen.size(), 11u);
   EXPECT_THROW(boundary::stack_mutant("no-such-mutant"), boundary::PlanError);
 }
 

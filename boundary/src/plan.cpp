@@ -34,6 +34,13 @@ Op op_of(std::string_view name) {
   return static_cast<Op>(it - names.begin());
 }
 
+bool decode_only(const StepInput& in) {
+  if (in.requests.empty()) return false;
+  for (const RequestStep& r : in.requests)
+    if (r.q != 1) return false;
+  return true;
+}
+
 std::vector<std::string> Plan::ops(const Config& cfg, int layer) const {
   std::vector<std::string> out;
   for (const std::string& op : op_names()) {
@@ -52,8 +59,18 @@ Placement Plan::at(int layer, const std::string& op) const {
 }
 
 std::string Plan::signature() const {
+  return mixed ? record_signature() + " mixed {" + mixed->signature() + "}" : record_signature();
+}
+
+const Plan& Plan::serving(const StepInput& in) const {
+  if (!device_driven || !mixed || decode_only(in)) return *this;
+  return *mixed;
+}
+
+std::string Plan::record_signature() const {
   std::string s = std::string(capture ? "capture" : "eager") + (copy_form ? " copy" : " no-copy") +
-                  (allow_host_capture ? " host-capture" : "");
+                  (allow_host_capture ? " host-capture" : "") +
+                  (device_driven ? " device-driven" : "");
   for (std::size_t l = 0; l < placement.size(); ++l) {
     s += " |";
     for (const std::string& op : op_names())
@@ -63,10 +80,11 @@ std::string Plan::signature() const {
 }
 
 std::vector<std::string> plan_names() {
-  return {"eager", "breakable-eager", "wide", "narrow", "narrow-copy"};
+  return {"eager", "breakable-eager", "wide", "narrow", "narrow-copy", "full", "full-and-piecewise"};
 }
 
 Plan plan_preset(std::string_view name, const Config& cfg) {
+  if (name == "full-and-piecewise") return full_and_piecewise(cfg, "narrow");
   Plan p;
   p.name = std::string(name);
   std::vector<std::string> eager_ops;
@@ -82,6 +100,9 @@ Plan plan_preset(std::string_view name, const Config& cfg) {
   } else if (name == "narrow-copy") {
     p.copy_form = true;
     eager_ops = {"indexer_topk", "sparse_mqa", "latent_copy"};
+  } else if (name == "full") {
+    p.device_driven = true;
+    p.mixed = std::make_shared<const Plan>(plan_preset("eager", cfg));
   } else {
     std::string known;
     for (const std::string& n : plan_names()) known += (known.empty() ? "" : ", ") + n;
@@ -95,12 +116,34 @@ Plan plan_preset(std::string_view name, const Config& cfg) {
   return p;
 }
 
+Plan full_and_piecewise(const Config& cfg, std::string_view piecewise) {
+  Plan piece = plan_preset(piecewise, cfg);
+  if (piece.device_driven)
+    throw PlanError("full-and-piecewise: the piecewise plan '" + std::string(piecewise) +
+                    "' is device-driven; it must serve steps that are not decode-only");
+  Plan p = plan_preset("full", cfg);
+  p.name = piecewise == "narrow" ? "full-and-piecewise"
+                                 : "full-and-piecewise:" + std::string(piecewise);
+  p.mixed = std::make_shared<const Plan>(std::move(piece));
+  return p;
+}
+
 const std::vector<std::string>& mutant_names() {
   static const std::vector<std::string> names{
-      "fresh-output",        "capture-host-op", "baked-short-prefill", "uv-captured-nocopy",
-      "shared-layer-clears", "no-topk-clear",   "double-rope",         "padded-cache-write",
-      "stale-positions",     "unjoined-stream"};
+      "fresh-output",        "capture-host-op",    "baked-short-prefill", "uv-captured-nocopy",
+      "shared-layer-clears", "no-topk-clear",      "double-rope",         "padded-cache-write",
+      "stale-positions",     "unjoined-stream",    "full-for-mixed",      "stale-full-metadata",
+      "stale-short-prefill"};
   return names;
+}
+
+bool is_full_graph_mutant(std::string_view mutant) {
+  return mutant == "full-for-mixed" || mutant == "stale-full-metadata" ||
+         mutant == "stale-short-prefill";
+}
+
+std::string mutant_plan(std::string_view mutant) {
+  return is_full_graph_mutant(mutant) ? "full-and-piecewise" : "narrow";
 }
 
 bool is_plan_mutant(std::string_view mutant) {
@@ -116,7 +159,10 @@ StackMutant stack_mutant(std::string_view name) {
       {"double-rope", StackMutant::double_rope},
       {"padded-cache-write", StackMutant::padded_cache_write},
       {"stale-positions", StackMutant::stale_positions},
-      {"unjoined-stream", StackMutant::unjoined_stream}};
+      {"unjoined-stream", StackMutant::unjoined_stream},
+      {"full-for-mixed", StackMutant::full_for_mixed},
+      {"stale-full-metadata", StackMutant::stale_full_metadata},
+      {"stale-short-prefill", StackMutant::stale_short_prefill}};
   if (name.empty()) return StackMutant::none;
   for (const auto& [n, m] : kStack)
     if (name == n) return m;
@@ -131,6 +177,9 @@ Plan mutate_plan(const Plan& plan, std::string_view mutant) {
     for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
     throw PlanError("unknown mutant '" + std::string(mutant) + "' (known: " + known + ")");
   }
+  if (is_full_graph_mutant(mutant) && !plan.device_driven)
+    throw PlanError("mutant '" + std::string(mutant) + "' is a bug of the full graphs: plan '" +
+                    plan.name + "' has none (use full or full-and-piecewise)");
   if (!is_plan_mutant(mutant)) return plan;
   if (!plan.capture) throw PlanError("mutant '" + std::string(mutant) + "' needs a captured plan");
   Plan p = plan;
@@ -168,6 +217,19 @@ int capture_size_for(const std::vector<int>& sizes, int num_tokens) {
 void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
   if (!plan.capture) return;
   allow_host_capture = allow_host_capture || plan.allow_host_capture;
+  if (plan.device_driven) {
+    if (plan.copy_form)
+      throw PlanError("plan '" + plan.name +
+                      "' is device-driven and uses the copy form: latent_copy has no "
+                      "device-driven variant");
+    if (!plan.mixed)
+      throw PlanError("plan '" + plan.name +
+                      "' is device-driven but names no plan for steps that are not decode-only");
+    if (plan.mixed->device_driven)
+      throw PlanError("plan '" + plan.name + "': its plan for mixed steps, '" + plan.mixed->name +
+                      "', is device-driven itself");
+    validate(*plan.mixed, cfg, allow_host_capture);
+  }
   if (static_cast<int>(plan.placement.size()) != cfg.num_layers)
     throw PlanError("plan '" + plan.name + "' covers " + std::to_string(plan.placement.size()) +
                     " layers, the config has " + std::to_string(cfg.num_layers));
@@ -178,7 +240,8 @@ void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
                         op + "'");
     if (allow_host_capture) continue;
     for (const std::string& op : plan.ops(cfg, l))
-      if (is_host_op(op) && plan.at(l, op) == Placement::graph)
+      if (is_host_op(op) && plan.at(l, op) == Placement::graph &&
+          !(plan.device_driven && op != "latent_copy"))
         throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": op '" + op +
                         "' depends on host metadata or a backend-owned buffer and has no "
                         "device-driven variant: it cannot be captured");

@@ -80,9 +80,9 @@ double Stack::last_host_ms() const {
 }
 
 std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in, int repeats,
-                                                            bool graph) {
+                                                            bool graph, bool device_driven) {
   const detail::DeviceGuard on(impl_->device);
-  return impl_->time_ops(in, repeats, graph);
+  return impl_->time_ops(in, repeats, graph, device_driven);
 }
 
 void Stack::set_mutant(const std::string& name) {

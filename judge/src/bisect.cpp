@@ -20,6 +20,9 @@ std::string BisectReport::summary() const {
   if (verdict == "boundary")
     return "capturing op '" + op + "' of layer " + std::to_string(layer) +
            " breaks bitwise equality with eager (first divergence " + where + ")";
+  if (verdict == "dispatch")
+    return "a step that is not decode-only was served by the full graph (first divergence " +
+           where + ")";
   if (verdict == "eager-segment")
     return "breakable-eager already differs from eager: first divergence " + where + " (op '" + op +
            "')";
@@ -54,48 +57,75 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
   const auto differs = [&](const std::vector<StepTrace>& got) {
     return first_divergence(cfg, base, got);
   };
+  // A dispatch plan's mixed steps run its piecewise plan: a fault there is that plan's, and is
+  // bisected as that plan.
+  const auto search = [&](const boundary::Plan& t, const Divergence& whole) {
+    // The capture machinery with every op eager (a dispatch plan keeps its dispatch and its
+    // device-driven variants).
+    boundary::Plan none = t;
+    none.name = "bisect-0";
+    for (auto& layer : none.placement)
+      for (const std::string& op : boundary::op_names()) layer[op] = boundary::Placement::eager;
+    const Divergence d0 = differs(run(none, "every op eager"));
+    if (d0.found()) {
+      rep.verdict = "eager-segment";
+      rep.where = d0.where();
+      rep.op = op_of(d0.stage);
+      rep.layer = d0.layer;
+      rep.detail = d0.detail;
+      return;
+    }
+    // The plan's captured ops in execution order; the shortest prefix that breaks ends in the
+    // culprit (a prefix captures those ops and leaves the rest eager).
+    std::vector<std::pair<int, std::string>> graph_ops;
+    for (int l = 0; l < cfg.num_layers; ++l)
+      for (const std::string& op : t.ops(cfg, l))
+        if (t.at(l, op) == boundary::Placement::graph) graph_ops.emplace_back(l, op);
+    std::size_t lo = 0, hi = graph_ops.size();  // prefix lo is good, prefix hi is bad
+    Divergence bad = whole;
+    while (hi - lo > 1) {
+      const std::size_t mid = (lo + hi) / 2;
+      boundary::Plan p = none;
+      p.name = "bisect-" + std::to_string(mid);
+      for (std::size_t i = 0; i < mid; ++i)
+        p.placement[graph_ops[i].first][graph_ops[i].second] = boundary::Placement::graph;
+      const Divergence d = differs(run(
+          p, std::to_string(mid) + " of " + std::to_string(graph_ops.size()) + " ops captured"));
+      if (d.found())
+        hi = mid, bad = d;
+      else
+        lo = mid;
+    }
+    rep.verdict = "boundary";
+    rep.layer = graph_ops[hi - 1].first;
+    rep.op = graph_ops[hi - 1].second;
+    rep.where = bad.where();
+    rep.detail = bad.detail;
+  };
   const Divergence whole = differs(run(target, "plan " + target.name));
   if (!whole.found()) return rep;
-  // The capture machinery with every op eager.
-  boundary::Plan none = boundary::plan_preset("breakable-eager", cfg);
-  none.copy_form = target.copy_form;
-  none.allow_host_capture = target.allow_host_capture;
-  none.name = "bisect-0";
-  const Divergence d0 = differs(run(none, "breakable-eager"));
-  if (d0.found()) {
-    rep.verdict = "eager-segment";
-    rep.where = d0.where();
-    rep.op = op_of(d0.stage);
-    rep.layer = d0.layer;
-    rep.detail = d0.detail;
-    return rep;
+  if (target.device_driven && target.mixed) {
+    const boundary::Plan& piecewise = *target.mixed;
+    if (piecewise.capture) {
+      const Divergence alone = differs(run(piecewise, "its piecewise plan " + piecewise.name));
+      if (alone.found()) {
+        search(piecewise, alone);
+        rep.detail = "in plan " + piecewise.name + ", which serves the mixed steps: " + rep.detail;
+        return rep;
+      }
+    }
+    // The piecewise plan alone gives eager's bits: a step that is not decode-only and still
+    // differs was served by the full graph.
+    if (!boundary::decode_only(steps.at(whole.step))) {
+      rep.verdict = "dispatch";
+      rep.where = whole.where();
+      rep.detail = "step " + std::to_string(whole.step) +
+                   " is not decode-only and differs from eager, while plan " + piecewise.name +
+                   " alone gives eager's bits: the full graph served it (" + whole.detail + ")";
+      return rep;
+    }
   }
-  // The target's captured ops in execution order; the shortest prefix that breaks ends in the
-  // culprit (a prefix captures those ops and leaves the rest eager).
-  std::vector<std::pair<int, std::string>> graph_ops;
-  for (int l = 0; l < cfg.num_layers; ++l)
-    for (const std::string& op : target.ops(cfg, l))
-      if (target.at(l, op) == boundary::Placement::graph) graph_ops.emplace_back(l, op);
-  std::size_t lo = 0, hi = graph_ops.size();  // prefix lo is good, prefix hi is bad
-  Divergence bad = whole;
-  while (hi - lo > 1) {
-    const std::size_t mid = (lo + hi) / 2;
-    boundary::Plan p = none;
-    p.name = "bisect-" + std::to_string(mid);
-    for (std::size_t i = 0; i < mid; ++i)
-      p.placement[graph_ops[i].first][graph_ops[i].second] = boundary::Placement::graph;
-    const Divergence d = differs(
-        run(p, std::to_string(mid) + " of " + std::to_string(graph_ops.size()) + " ops captured"));
-    if (d.found())
-      hi = mid, bad = d;
-    else
-      lo = mid;
-  }
-  rep.verdict = "boundary";
-  rep.layer = graph_ops[hi - 1].first;
-  rep.op = graph_ops[hi - 1].second;
-  rep.where = bad.where();
-  rep.detail = bad.detail;
+  search(target, whole);
   return rep;
 }
 

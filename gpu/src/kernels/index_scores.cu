@@ -1,5 +1,7 @@
 #include "index_scores.cuh"
 
+#include <algorithm>
+
 namespace dsv32::gpu::k {
 
 /// indexer_topk, scores: I(t, j) = kscale_j sum_h omega_h relu(q8_h . k8_j), j <= p(t), in
@@ -149,9 +151,12 @@ __global__ void __launch_bounds__(kIdxThreads)
   float* keys = sq + index_q_floats(d) + d.HI;  // NB x 129
   float* part = keys + NB * 129;                // kIdxGroups x NB
   float* kscale = part + kIdxGroups * NB;       // NB
-  const int t = blockIdx.x, j0 = blockIdx.y * NB, tid = threadIdx.x;
-  const int p = m.positions[t], r = m.request_of_token[t];
+  const int t = blockIdx.x, tid = threadIdx.x;
+  int r, p;
+  if (scores_skipped(m) || !token_of(m, t, r, p) || static_cast<int>(blockIdx.y) * NB > p)
+    return;  // the same in every thread
   stage_index_q(d, t, q8, omega, sq);
+  for (int j0 = blockIdx.y * NB; j0 <= p; j0 += gridDim.y * NB) {  // once unless the grid is capped
   for (int w = tid; w < NB * 8; w += blockDim.x) {  // a 16-code piece of a key each
     const int kk = w / 8, piece = w % 8, j = j0 + kk;
     float v[16];
@@ -178,6 +183,8 @@ __global__ void __launch_bounds__(kIdxThreads)
     for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * NB + tid];
     scores[static_cast<long long>(t) * ld_scores + j] = kscale[tid] * total;
   }
+  __syncthreads();  // kscale and part are read before the next chunk's keys are staged
+  }
 }
 
 /// A thread per key, its 128 codes in registers, the groups' sums in registers. Grid (T_a,
@@ -189,23 +196,27 @@ __global__ void __launch_bounds__(kIdxKeyThreads)
   extern __shared__ float4 smem4[];
   float* sq = reinterpret_cast<float*>(smem4);  // q codes, then HI omegas
   const int t = blockIdx.x;
+  int r, p;
+  if (scores_skipped(m) || !token_of(m, t, r, p) || static_cast<int>(blockIdx.y * blockDim.x) > p)
+    return;  // the same in every thread
   stage_index_q(d, t, q8, omega, sq);
   __syncthreads();
-  const int j = blockIdx.y * blockDim.x + threadIdx.x, p = m.positions[t];
-  if (j > p) return;
-  const long long s = slot_of(d, m, m.request_of_token[t], j);
-  float kv[128];
+  // Once unless the grid is capped (a device-driven launch).
+  for (int j = blockIdx.y * blockDim.x + threadIdx.x; j <= p; j += gridDim.y * blockDim.x) {
+    const long long s = slot_of(d, m, r, j);
+    float kv[128];
 #pragma unroll
-  for (int v = 0; v < 8; ++v) decode16(cache.codes + s * 128 + 16 * v, kv + 16 * v);
-  float total = 0.f;
+    for (int v = 0; v < 8; ++v) decode16(cache.codes + s * 128 + 16 * v, kv + 16 * v);
+    float total = 0.f;
 #pragma unroll 1
-  for (int g = 0; g < kIdxGroups; ++g) {
-    float sum[1];
-    index_group_sums<1, 128>(
-        d, sq, g, [&](int, int i) { return kv[i]; }, sum);
-    total += sum[0];
+    for (int g = 0; g < kIdxGroups; ++g) {
+      float sum[1];
+      index_group_sums<1, 128>(
+          d, sq, g, [&](int, int i) { return kv[i]; }, sum);
+      total += sum[0];
+    }
+    scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * total;
   }
-  scores[static_cast<long long>(t) * ld_scores + j] = cache.scales[s] * total;
 }
 
 /// indexer_topk, scores on tensor cores: the same I(t, j) = kscale_j sum_h omega_h relu(q8_h .
@@ -254,15 +265,23 @@ __global__ void __launch_bounds__(kIdxMmaThreads)
   __shared__ __align__(16) __half qh[kIdxMmaHeads * kIdxMmaRow];
   __shared__ __align__(16) __half kh[kIdxMmaKeys * kIdxMmaRow];
   __shared__ float om[kIdxMmaHeads], ksc[kIdxMmaKeys], part[kIdxMmaHeads / 16][kIdxMmaKeys];
-  const int t0 = blockIdx.x * per_block, t1 = min(rows, t0 + per_block);
-  const int j0 = blockIdx.y * kIdxMmaKeys, tid = threadIdx.x, HT = (d.HI + 15) / 16;
+  if (scores_skipped(m)) {  // waits first: every kernel passes the wait (stream_order)
+    stream_order();
+    return;
+  }
+  const int t0 = blockIdx.x * per_block, t1 = min(live_rows(m, rows), t0 + per_block);
+  // Token u's request and position (token_of; u < t1 is a live row).
+  const auto req = [&](int u) { return m.live ? u : m.request_of_token[u]; };
+  const auto pos = [&](int u) { return m.live ? m.live[2 + u] - 1 : m.positions[u]; };
+  int j0 = blockIdx.y * kIdxMmaKeys;  // the block's chunk of keys; more where the grid is capped
+  const int tid = threadIdx.x, HT = (d.HI + 15) / 16;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   // Stages request r's keys for token t: up to the last position any of the block's tokens of
   // r reaches (a key past a token's position is staged but its score is not written).
   const auto stage = [&](int t, int r, int p) {
     int last = p;
     for (int u = t + 1; u < t1; ++u)
-      if (m.request_of_token[u] == r) last = max(last, m.positions[u]);
+      if (req(u) == r) last = max(last, pos(u));
     __syncthreads();  // the previous token's products are done with kh
     for (int i = tid; i < kIdxMmaKeys * 8; i += blockDim.x) {  // a 16-code piece of a key
       const int kk = i / 8, piece = i % 8, j = j0 + kk;
@@ -275,18 +294,20 @@ __global__ void __launch_bounds__(kIdxMmaThreads)
       e4m3x16_to_f16(w, kh + kk * kIdxMmaRow + piece * 16);
     }
   };
-  int staged = -1;  // the request whose keys are in kh
+  int staged = -1, jmax = -1;  // the request whose keys are in kh; the block's last position
+  for (int u = t0; u < t1; ++u) jmax = max(jmax, pos(u));
   // The first token's keys before the wait: the index cache and the step's metadata are
   // written before the indexer's chain starts (norm_rope_cache, the fork's event or, on one
   // stream, two launches back: a resident block's predecessor has passed its own wait, so the
   // one before that has completed), so only q8 and omega need the wait.
-  if (t0 < t1 && j0 <= m.positions[t0]) {
-    staged = m.request_of_token[t0];
-    stage(t0, staged, m.positions[t0]);
+  if (t0 < t1 && j0 <= pos(t0)) {
+    staged = req(t0);
+    stage(t0, staged, pos(t0));
   }
   stream_order();
+  for (; j0 <= jmax; j0 += gridDim.y * kIdxMmaKeys, staged = -1)  // once unless capped
   for (int t = t0; t < t1; ++t) {
-    const int p = m.positions[t], r = m.request_of_token[t];
+    const int p = pos(t), r = req(t);
     if (j0 > p) continue;  // the same in every thread
     if (r != staged) {
       stage(t, r, p);
@@ -364,22 +385,27 @@ void allow_index_scores_smem(const Dims& d) {
 
 void launch_index_scores(const Launch& go, IndexScoreKernel kernel, const Dims& d, const Meta& m,
                          const std::uint8_t* q8, const float* omega, IndexCache cache,
-                         float* scores, int ld_scores, int rows, int longest,
-                         int tokens_per_block) {
+                         float* scores, int ld_scores, int rows, int longest, int tokens_per_block,
+                         int max_chunks) {
+  // Chunks of `keys` keys over `longest`, at most max_chunks (> 0) of them in the grid.
+  const auto chunks = [&](int keys) {
+    const int n = (longest + keys - 1) / keys;
+    return static_cast<unsigned>(max_chunks > 0 ? std::min(n, max_chunks) : n);
+  };
   switch (kernel) {
     case IndexScoreKernel::mma: {
       const int per = tokens_per_block > 0 ? tokens_per_block : index_mma_tokens(rows);
-      go(index_scores_mma, dim3((rows + per - 1) / per, (longest + kIdxMmaKeys - 1) / kIdxMmaKeys),
-         kIdxMmaThreads, 0, d, m, q8, omega, cache, scores, ld_scores, rows, per);
+      go(index_scores_mma, dim3((rows + per - 1) / per, chunks(kIdxMmaKeys)), kIdxMmaThreads, 0, d,
+         m, q8, omega, cache, scores, ld_scores, rows, per);
       break;
     }
     case IndexScoreKernel::per_key:
-      go(index_scores_keys, dim3(rows, (longest + 127) / 128), kIdxKeyThreads, index_scores_smem(d),
-         d, m, q8, omega, cache, scores, ld_scores);
+      go(index_scores_keys, dim3(rows, chunks(kIdxKeyThreads)), kIdxKeyThreads,
+         index_scores_smem(d), d, m, q8, omega, cache, scores, ld_scores);
       break;
     case IndexScoreKernel::grouped:
-      go(index_scores_grouped, dim3(rows, (longest + kIdxBlockKeys - 1) / kIdxBlockKeys),
-         kIdxThreads, index_scores_smem(d), d, m, q8, omega, cache, scores, ld_scores);
+      go(index_scores_grouped, dim3(rows, chunks(kIdxBlockKeys)), kIdxThreads,
+         index_scores_smem(d), d, m, q8, omega, cache, scores, ld_scores);
       break;
   }
 }

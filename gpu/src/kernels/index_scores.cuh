@@ -28,12 +28,15 @@ inline int index_mma_tokens(int rows) {
 IndexScoreKernel choose_index_scores(const Dims& d, int rows, int longest, int sms, bool mma);
 /// Opts the CUDA-core kernels in to the shared memory they need for d (current device).
 void allow_index_scores_smem(const Dims& d);
-/// scores[t, j] for tokens t < rows and keys j <= positions[t] (row stride ld_scores).
-/// `tokens_per_block`: mma's tokens a block (0: index_mma_tokens(rows)); a score's bits do not
-/// depend on it.
+/// scores[t, j] for tokens t < rows and keys j <= positions[t] (row stride ld_scores; with
+/// Meta::live, the live rows and their contexts, none when Meta::short_prefill says so).
+/// `tokens_per_block`: mma's tokens a block (0: index_mma_tokens(rows)); `max_chunks` (> 0):
+/// at most this many chunks of keys in the grid, each block then looping over the chunks
+/// gridDim.y apart (a device-driven launch sized for the longest possible context). A score's
+/// bits depend on neither.
 void launch_index_scores(const Launch& go, IndexScoreKernel kernel, const Dims& d, const Meta& m,
                          const std::uint8_t* q8, const float* omega, IndexCache cache,
                          float* scores, int ld_scores, int rows, int longest,
-                         int tokens_per_block = 0);
+                         int tokens_per_block = 0, int max_chunks = 0);
 
 }  // namespace dsv32::gpu::k

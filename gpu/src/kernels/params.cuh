@@ -22,7 +22,37 @@ struct Meta {
   const int* block_table;       // (R, max_blocks)
   const float* rope_cos;        // (positions, dr/2)
   const float* rope_sin;
+  /// The device-driven (decode) variants of the H ops read these; nullptr in the host-driven
+  /// ones. live: [R, unused, seq_len of request 0 .. R-1]; a decode launch covers the capture
+  /// size's T rows and row t, request t's one new token, exits for t >= R. short_prefill: 1
+  /// when every context fits in K (the scores are skipped on the device).
+  const int* live = nullptr;
+  const int* short_prefill = nullptr;
 };
+
+/// Token t's request r and position p: the step's mapping, or in a device-driven (decode)
+/// launch request t and the last position of its context. False for a row past the live rows.
+__device__ __forceinline__ bool token_of(const Meta& m, int t, int& r, int& p) {
+  if (m.live) {
+    if (t >= m.live[0]) return false;
+    r = t;
+    p = m.live[2 + t] - 1;
+    return true;
+  }
+  r = m.request_of_token[t];
+  p = m.positions[t];
+  return true;
+}
+
+/// Rows a launch covers: `rows`, or in a device-driven launch min(rows, R).
+__device__ __forceinline__ int live_rows(const Meta& m, int rows) {
+  return m.live ? min(rows, m.live[0]) : rows;
+}
+
+/// True when a device-driven launch of the scores has no work (the short-prefill shortcut).
+__device__ __forceinline__ bool scores_skipped(const Meta& m) {
+  return m.short_prefill && *m.short_prefill;
+}
 
 /// The MLA latent cache: S values, or fp8_ds_mla codes + tile scales; rope part in S.
 template <class S>

@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(kMqaThreads)
   stream_order();
   const int t = blockIdx.x, k = blockIdx.y * kMqaGatherRows + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  if (k >= d.K) return;
+  int r, p;
+  if (k >= d.K || !token_of(m, t, r, p)) return;
   const int W = d.L + d.dr;
   S* dst = keys + (static_cast<long long>(t) * d.K + k) * W;
   const int j = topk[static_cast<long long>(t) * d.K + k];
@@ -37,7 +38,7 @@ __global__ void __launch_bounds__(kMqaThreads)
     for (int i = lane; i < W; i += 32) dst[i] = st<S>(0.f);
     return;
   }
-  const long long sl = slot_of(d, m, m.request_of_token[t], j);
+  const long long sl = slot_of(d, m, r, j);
   if (vec && !d.fp8_kv) {
     constexpr int per = 16 / sizeof(S);
     const uint4* lat = reinterpret_cast<const uint4*>(cache.latent + sl * d.L);
@@ -61,10 +62,11 @@ constexpr int kMqaSoftmaxRegs = 8;  // K = 2048 over 256 threads
 
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
-    mqa_softmax(Dims d, const int* topk, const float* z, S* p, float* ml) {
+    mqa_softmax(Dims d, Meta m, const int* topk, const float* z, S* p, float* ml) {
   stream_order();
   __shared__ float sh[32];
   const int t = blockIdx.x, h = blockIdx.y;
+  if (t >= live_rows(m, t + 1)) return;  // the same in every thread
   const long long th = static_cast<long long>(t) * d.H + h, row_at = th * d.K;
   const int* row = topk + static_cast<long long>(t) * d.K;
   // Entry r of this thread: k = threadIdx.x + r blockDim.x, its index and score loaded
@@ -110,9 +112,10 @@ __global__ void __launch_bounds__(kMqaThreads)
 /// olat[t, h, :] = S(acc[t, h, :] / l) (0 where no index is valid), also into the layer's trace
 /// copy (the backend's buffer rotates); lse = m + log l. Grid (T_a, H), 128 threads.
 template <class S>
-__global__ void mqa_finish(Dims d, const float* acc, const float* ml, S* olat, S* olat_trace,
-                           float* lse) {
+__global__ void mqa_finish(Dims d, Meta m, const float* acc, const float* ml, S* olat,
+                           S* olat_trace, float* lse) {
   stream_order();
+  if (static_cast<int>(blockIdx.x) >= live_rows(m, blockIdx.x + 1)) return;
   const long long th = static_cast<long long>(blockIdx.x) * d.H + blockIdx.y;
   const float l = ml[2 * th + 1];
   for (int c = threadIdx.x; c < d.L; c += blockDim.x) {
@@ -137,14 +140,29 @@ void launch_mqa_gather(const Launch& go, const Dims& d, const Meta& m, int rows,
      cache, topk, keys, vec, topk_trace);
 }
 template <class S>
-void launch_mqa_softmax(const Launch& go, const Dims& d, int rows, const int* topk, const float* z,
-                        S* p, float* ml) {
-  go(mqa_softmax<S>, dim3(rows, d.H), kMqaThreads, 0, d, topk, z, p, ml);
+void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
+                        const float* z, S* p, float* ml) {
+  go(mqa_softmax<S>, dim3(rows, d.H), kMqaThreads, 0, d, m, topk, z, p, ml);
 }
 template <class S>
-void launch_mqa_finish(const Launch& go, const Dims& d, int rows, const float* acc, const float* ml,
-                       S* olat, S* olat_trace, float* lse) {
-  go(mqa_finish<S>, dim3(rows, d.H), 128, 0, d, acc, ml, olat, olat_trace, lse);
+void launch_mqa_finish(const Launch& go, const Dims& d, const Meta& m, int rows, const float* acc,
+                       const float* ml, S* olat, S* olat_trace, float* lse) {
+  go(mqa_finish<S>, dim3(rows, d.H), 128, 0, d, m, acc, ml, olat, olat_trace, lse);
+}
+
+/// dst[t, :] = src[t, :] for the live rows t < rows (`n` values a row): uv_proj's rows
+/// [0, T_a) into its output in a device-driven launch.
+template <class S>
+__global__ void copy_rows(Meta m, const S* src, S* dst, int n) {
+  stream_order();
+  if (static_cast<int>(blockIdx.x) >= live_rows(m, blockIdx.x + 1)) return;
+  const long long at = static_cast<long long>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[at + i] = src[at + i];
+}
+
+template <class S>
+void launch_copy_rows(const Launch& go, const Meta& m, int rows, const S* src, S* dst, int n) {
+  go(copy_rows<S>, rows, 256, 0, m, src, dst, n);
 }
 void launch_spin(cudaStream_t stream, long long cycles) {
   spin<<<1, 1, 0, stream>>>(cycles);
@@ -153,10 +171,11 @@ void launch_spin(cudaStream_t stream, long long cycles) {
 #define DSV32_INSTANTIATE(S)                                                                      \
   template void launch_mqa_gather<S>(const Launch&, const Dims&, const Meta&, int, KvCache<S>,    \
                                      const int*, S*, bool, int*);                                 \
-  template void launch_mqa_softmax<S>(const Launch&, const Dims&, int, const int*, const float*,  \
-                                      S*, float*);                                                \
-  template void launch_mqa_finish<S>(const Launch&, const Dims&, int, const float*, const float*, \
-                                     S*, S*, float*);
+  template void launch_mqa_softmax<S>(const Launch&, const Dims&, const Meta&, int, const int*,   \
+                                      const float*, S*, float*);                                  \
+  template void launch_mqa_finish<S>(const Launch&, const Dims&, const Meta&, int, const float*,  \
+                                     const float*, S*, S*, float*);                               \
+  template void launch_copy_rows<S>(const Launch&, const Meta&, int, const S*, S*, int);
 DSV32_INSTANTIATE(float)
 DSV32_INSTANTIATE(bf16)
 

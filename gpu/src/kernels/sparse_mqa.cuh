@@ -7,6 +7,8 @@
 
 namespace dsv32::gpu::k {
 
+/// Every launch covers `rows` rows; with Meta::live (device-driven), rows past the live rows
+/// exit (params.cuh, token_of).
 /// keys[t, k, :] = [c; kR] of each of rows tokens' K selected positions (zeros for -1), the
 /// sets also into topk_trace. `vec`: plain cache rows move in 16-byte pieces.
 template <class S>
@@ -14,12 +16,15 @@ void launch_mqa_gather(const Launch& go, const Dims& d, const Meta& m, int rows,
                        const int* topk, S* keys, bool vec, int* topk_trace);
 /// P = S(exp(z - max)) per (token, head) over the selected entries, and each row's max and sum.
 template <class S>
-void launch_mqa_softmax(const Launch& go, const Dims& d, int rows, const int* topk, const float* z,
-                        S* p, float* ml);
+void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
+                        const float* z, S* p, float* ml);
 /// olat = S(acc / l) (also into olat_trace) and lse = m + log l.
 template <class S>
-void launch_mqa_finish(const Launch& go, const Dims& d, int rows, const float* acc, const float* ml,
-                       S* olat, S* olat_trace, float* lse);
+void launch_mqa_finish(const Launch& go, const Dims& d, const Meta& m, int rows, const float* acc,
+                       const float* ml, S* olat, S* olat_trace, float* lse);
+/// dst rows [0, R) = src's (n values a row), R = rows or, device-driven, the live rows.
+template <class S>
+void launch_copy_rows(const Launch& go, const Meta& m, int rows, const S* src, S* dst, int n);
 /// A busy wait of `cycles` clock cycles on `stream` (mutant unjoined-stream: a slow backend).
 void launch_spin(cudaStream_t stream, long long cycles);
 

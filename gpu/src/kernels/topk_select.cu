@@ -228,8 +228,9 @@ __global__ void __launch_bounds__(kTopkThreads)
   __shared__ unsigned long long prefix_sh, cand[kTopkResolve];
   __shared__ int above[kTopkResolve];
   __shared__ int k_left_sh, done_sh, count_sh, ncand;
-  const int t = blockIdx.x, n = m.positions[t] + 1, K = d.K, lane = threadIdx.x % 32,
-            warp = threadIdx.x / 32;
+  int r_unused, p;
+  if (!token_of(m, blockIdx.x, r_unused, p)) return;  // the same in every thread
+  const int t = blockIdx.x, n = p + 1, K = d.K, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int* out = topk + static_cast<long long>(t) * K;
   const float* sc = scores + static_cast<long long>(t) * ld_scores;
   if (n <= K) {  // entries n.. keep the -1 that norm_rope_cache cleared them to

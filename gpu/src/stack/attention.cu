@@ -1,5 +1,12 @@
 // The layer's H ops (BOUNDARIES.md): indexer_topk's selection, the sparse_mqa backend and
-// uv_proj in both forms.
+// uv_proj in both forms, each host-driven (launch shapes from T_a and the longest context) or,
+// for a device-driven plan (device_ops_), device-driven: launched over the capture size's T
+// rows with the live rows, their contexts and the short-prefill decision read on the device
+// (k::Meta::live), so that a full graph replays them for any decode step. Both run the same
+// kernels on the same shapes, so their rows agree bitwise: the products of sparse_mqa run over
+// all T rows in both.
+#include <algorithm>
+
 #include "../kernels/gemv.cuh"
 #include "../kernels/index_scores.cuh"
 #include "../kernels/sparse_mqa.cuh"
@@ -11,6 +18,10 @@ namespace dsv32::gpu::stack {
 
 template <class S>
 void StackImpl<S>::indexer_topk(int l) {
+  if (device_ops_) {
+    indexer_topk_device(l);
+    return;
+  }
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
   const k::Meta m = meta();
@@ -34,26 +45,46 @@ void StackImpl<S>::indexer_topk(int l) {
                         topk_->get());
 }
 
+/// Device-driven: scores over the whole cache's positions (a block loops over the chunks past
+/// the capped grid: about four blocks an SM), the live rows and the decision on the device.
+template <class S>
+void StackImpl<S>::indexer_topk_device(int l) {
+  LayerDev<S>& w = layers_[l];
+  const k::Dims d = dims();
+  const k::Meta m = meta();
+  const k::Launch launch = go("indexer_topk", indexer_stream());
+  const int cap = std::max(1, (4 * sms_ + T_ - 1) / T_);
+  k::launch_index_scores(launch, k::choose_index_scores(d, T_, max_len_, sms_, options.index_mma),
+                         d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, T_,
+                         max_len_, 0, cap);
+  k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, T_,
+                        topk_->get());
+}
+
 template <class S>
 void StackImpl<S>::sparse_mqa(int l) {
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
-  const int Ta = Ta_, H = d.H, L = d.L;
-  // The backend returns its output in a buffer it owns; the address rotates call to call.
-  S* olat = ring_[ring_next_]->get();
-  ring_next_ = (ring_next_ + 1) % ring_.size();
+  const int H = d.H, L = d.L;
+  // The rows the kernels launch over: T_a, or device-driven the capture size (the live rows
+  // read on the device).
+  const int launch_rows = device_ops_ ? T_ : Ta_;
+  // The backend returns its output in a buffer it owns; the address rotates call to call. A
+  // full graph's backend writes one static buffer (as FlashMLA under a full graph).
+  S* olat = ring_[device_ops_ ? 0 : ring_next_]->get();
+  if (!device_ops_) ring_next_ = (ring_next_ + 1) % ring_.size();
   backend_olat_ = olat;
   if (mutant_ == Mutant::unjoined_stream && eager_segment_)  // a slow backend: the race is certain
     k::launch_spin(stream_, 2'000'000);
   // The gather reads only the top-k rows and the cache (written before the fork): with the
   // indexer's stream still open it runs there, after the select, and the join follows it.
-  if (Ta > 0)
-    k::launch_mqa_gather(go("sparse_mqa", forked_ ? aux_ : stream_), d, meta(), Ta, w.kv,
+  if (launch_rows > 0)
+    k::launch_mqa_gather(go("sparse_mqa", forked_ ? aux_ : stream_), d, meta(), launch_rows, w.kv,
                          topk_->get(), mqa_keys_->get(),
                          (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
                          w.topk_trace->get());
   join_side();  // the gathered keys (a no-op when never forked)
-  if (Ta == 0) return;
+  if (launch_rows == 0) return;
   // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr (cuBLAS is
   // column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major view and qpack_t a
   // W x H one).
@@ -65,23 +96,25 @@ void StackImpl<S>::sparse_mqa(int l) {
                            const S* a, int lda, long long sa, const S* b, int ldb, long long sb,
                            const float* beta, float* c, int ldc, long long sc, const char* what) {
     if (bypass_blas("sparse_mqa", what)) return;
+    // T batches, whichever rows are live: cuBLAS's choice of kernel may depend on the batch
+    // count, and the device-driven variant cannot know T_a.
     check_blas(
         cublasGemmStridedBatchedEx(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
                                    cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb, beta, c,
-                                   CUDA_R_32F, ldc, sc, Ta, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                                   CUDA_R_32F, ldc, sc, T_, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
         what);
   };
   const long long key_stride = static_cast<long long>(d.K) * W;
   batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,
           static_cast<long long>(H) * W, &zero, mqa_z_->get(), d.K, HK, "sparse_mqa scores");
-  k::launch_mqa_softmax(go("sparse_mqa"), d, Ta, topk_->get(), mqa_z_->get(), mqa_p_->get(),
-                        mqa_ml_->get());
+  k::launch_mqa_softmax(go("sparse_mqa"), d, meta(), launch_rows, topk_->get(), mqa_z_->get(),
+                        mqa_p_->get(), mqa_ml_->get());
   // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
   batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
           mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
   // The gather and the finish also write the trace copies (not part of the op's contract):
   // this layer's sets and latent.
-  k::launch_mqa_finish(go("sparse_mqa"), d, Ta, mqa_acc_->get(), mqa_ml_->get(), olat,
+  k::launch_mqa_finish(go("sparse_mqa"), d, meta(), launch_rows, mqa_acc_->get(), mqa_ml_->get(), olat,
                        w.olat_trace->get(), w.lse->get());
 }
 
@@ -91,6 +124,17 @@ void StackImpl<S>::uv_proj(int l) {
   LayerDev<S>& w = layers_[l];
   const int Ta = Ta_, H = cfg.num_heads, dv = cfg.v_head_dim;
   S* out = w.o->get();
+  if (device_ops_) {  // T rows computed, the live rows [0, R) stored
+    o_ptr_[l] = out;
+    const k::Meta m = meta();
+    if (uv_gemv(backend_olat_)) {
+      uv_small(l, T_, backend_olat_, out, stream_, "uv_proj", m.live);
+      return;
+    }
+    uv_gemm(l, backend_olat_, uv_rows_->get(), stream_, "uv_proj");
+    k::launch_copy_rows(go("uv_proj"), m, T_, uv_rows_->get(), out, H * dv);
+    return;
+  }
   if (mutant_ == Mutant::fresh_output) {  // a new buffer every call, handed on by pointer
     fresh_.push_back(detail::zeros<S>(static_cast<std::size_t>(max_tokens_) * H * dv));
     out = fresh_.back()->get();
@@ -140,12 +184,12 @@ const S* StackImpl<S>::w_uv(int l) const {
 
 /// `op`: uv_proj or uv_proj_static (errors and launch labels name it).
 template <class S>
-void StackImpl<S>::uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s,
-                            const char* op) {
+void StackImpl<S>::uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op,
+                            const int* written) {
   const k::Dims d = dims();
   k::launch_gemv(go(op, s), olat, d.H * d.L, d.L, w_uv(l),
                  static_cast<long long>(d.dn + d.dv) * d.L, out, d.H * d.dv, d.dv, d.H, rows, d.dv,
-                 d.L, sms_);
+                 d.L, sms_, written);
 }
 
 template <class S>

@@ -57,6 +57,8 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
   for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
   positions_ = zeros<int>(T);
   positions_snapshot_ = zeros<int>(T);
+  live_ = zeros<int>(T + 2);
+  live_capture_ = zeros<int>(T + 2);
   for (auto& ld : layers_) o_ptr_.push_back(ld.o->get());
   slots_ = zeros<long long>(T);
   request_of_token_ = zeros<int>(T);
@@ -215,12 +217,18 @@ k::Meta StackImpl<S>::meta() const {
   // Mutant stale-positions: a graph op reads the positions its capture saw.
   const int* pos = mutant_ == Mutant::stale_positions && in_graph_ ? positions_snapshot_->get()
                                                                    : positions_->get();
-  return {pos,
-          slots_->get(),
-          request_of_token_->get(),
-          block_table_->get(),
-          rope_cos_->get(),
-          rope_sin_->get()};
+  k::Meta m{pos,           slots_->get(),     request_of_token_->get(),
+            block_table_->get(), rope_cos_->get(), rope_sin_->get()};
+  if (device_ops_) {
+    // Mutants: a graph op reads the device metadata (or the short-prefill flag) as the capture
+    // wrote it, not the step's.
+    m.live = mutant_ == Mutant::stale_full_metadata && in_graph_ ? live_capture_->get()
+                                                                 : live_->get();
+    m.short_prefill = (mutant_ == Mutant::stale_short_prefill && in_graph_ ? live_capture_->get()
+                                                                           : live_->get()) +
+                      1;
+  }
+  return m;
 }
 
 template <class S>
@@ -260,6 +268,12 @@ void StackImpl<S>::upload_step(const StepInput& in) {
                           cudaMemcpyHostToDevice, stream_),
           "upload block table");
   longest_ = longest;
+  // The device-driven H ops' metadata: the requests, the short-prefill decision, the lengths.
+  std::vector<int> live{static_cast<int>(in.requests.size()), longest <= cfg.index_topk ? 1 : 0};
+  for (const RequestStep& r : in.requests) live.push_back(r.seq_len());
+  check(cudaMemcpyAsync(live_->get(), live.data(), live.size() * sizeof(int),
+                        cudaMemcpyHostToDevice, stream_),
+        "upload device metadata");
   check(cudaStreamSynchronize(stream_), "upload step");  // host vectors die here
 }
 

@@ -15,18 +15,23 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
   if (static_cast<int>(in.requests.size()) > max_tokens_)
     throw ScenarioError("gpu stack: more requests than max_tokens");
   upload_step(in);
-  if (!plan.capture) {
-    run_layers(plan);
+  // A device-driven plan serves decode-only steps; its `mixed` plan every other step (mutant
+  // full-for-mixed: the full graph serves them all).
+  const boundary::Plan& serving =
+      mutant_ == Mutant::full_for_mixed && plan.device_driven ? plan : plan.serving(in);
+  if (!serving.capture) {
+    run_layers(serving);
   } else {
-    auto it = captures_.find({plan.signature(), T});
+    auto it = captures_.find({serving.record_signature(), T});
     if (it == captures_.end()) {
       if (replay_only)
-        throw boundary::PlanError("plan '" + plan.name + "' was not captured at capture size " +
-                                  std::to_string(T));
-      capture(plan, T, false);
+        throw boundary::PlanError("plan '" + serving.name +
+                                  "' was not captured at capture size " + std::to_string(T));
+      capture_one(serving, T, false);
       upload_step(in);  // capture ran its eager ops on empty metadata
-      it = captures_.find({plan.signature(), T});
+      it = captures_.find({serving.record_signature(), T});
     }
+    device_ops_ = serving.device_driven;  // for its eager ops
     it->second->replay();
   }
   check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
@@ -34,8 +39,16 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
   return trace();
 }
 
+/// A dispatch plan's two kinds of graph: its own, then its `mixed` plan's where that captures.
 template <class S>
 CaptureInfo StackImpl<S>::capture(const boundary::Plan& plan, int T, bool allow_host_capture) {
+  const CaptureInfo info = capture_one(plan, T, allow_host_capture);
+  if (plan.mixed && plan.mixed->capture) capture_one(*plan.mixed, T, allow_host_capture);
+  return info;
+}
+
+template <class S>
+CaptureInfo StackImpl<S>::capture_one(const boundary::Plan& plan, int T, bool allow_host_capture) {
   boundary::validate(plan, cfg, allow_host_capture);
   if (!plan.capture) throw boundary::PlanError("plan '" + plan.name + "' captures nothing");
   if (T > max_tokens_)
@@ -53,7 +66,7 @@ CaptureInfo StackImpl<S>::capture(const boundary::Plan& plan, int T, bool allow_
   empty.hidden = Mat::Ones(T, cfg.hidden_size);
   upload_step(empty);
   const int forks = forks_, leads = leads_;  // the warm-up's are not the plan's
-  run_layers(plan);                          // warm-up on the capture stream
+  run_layers(plan);                          // warm-up on the capture stream (device_ops_ set)
   forks_ = forks, leads_ = leads;
   check(cudaStreamSynchronize(stream_), "capture warm-up");
   upload_step(empty);  // ones again: a graph op that ran during capture would change them
@@ -61,6 +74,9 @@ CaptureInfo StackImpl<S>::capture(const boundary::Plan& plan, int T, bool allow_
   check(cudaMemcpyAsync(positions_snapshot_->get(), positions_->get(), T * sizeof(int),
                         cudaMemcpyDeviceToDevice, stream_),
         "positions snapshot");
+  check(cudaMemcpyAsync(live_capture_->get(), live_->get(), (T + 2) * sizeof(int),
+                        cudaMemcpyDeviceToDevice, stream_),
+        "device metadata snapshot");
   auto graph = std::make_unique<BreakableGraph>(stream_, std::vector<Stream>{aux_});
   const Recording recording(*this, graph.get(), true);
   struct Reset {
@@ -91,7 +107,7 @@ CaptureInfo StackImpl<S>::capture(const boundary::Plan& plan, int T, bool allow_
   }
   join_side();
   const CaptureInfo info = graph->end();
-  captures_[{plan.signature(), T}] = std::move(graph);
+  captures_[{plan.record_signature(), T}] = std::move(graph);
   return info;
 }
 

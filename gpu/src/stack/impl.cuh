@@ -38,7 +38,7 @@ struct Stack::Impl {
   virtual int indexer_leads() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
-                                                               bool graph) = 0;
+                                                               bool graph, bool device_driven) = 0;
   virtual void skip_launch(const std::string& label) = 0;
   virtual std::vector<std::string> launch_labels(const StepInput& in) = 0;
   Config cfg;
@@ -87,6 +87,8 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   // capture.cu
   StepTrace run(const boundary::Plan& plan, const StepInput& in, bool replay_only) override;
   CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) override;
+  /// One plan's graph at capture size T (capture: a dispatch plan's two).
+  CaptureInfo capture_one(const boundary::Plan& plan, int T, bool allow_host_capture);
   void set_mutant(const std::string& name) override;
   int capture_count() const override { return static_cast<int>(captures_.size()); }
   std::size_t copy_form_bytes() const override {
@@ -100,7 +102,7 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) override;
   double last_host_ms() const override { return host_step_ms_; }
   std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
-                                                       bool graph) override;
+                                                       bool graph, bool device_driven) override;
   void skip_launch(const std::string& label) override;
   std::vector<std::string> launch_labels(const StepInput& in) override;
 
@@ -130,10 +132,13 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   void sparse_mqa(int l);
   void uv_proj(int l);
   void uv_proj_static(int l);
+  void indexer_topk_device(int l);
   void o_proj(int l);
   bool uv_gemv(const S* olat) const;
   const S* w_uv(int l) const;
-  void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op);
+  /// `written` (device, nullptr: all): only rows below *written stored (device-driven).
+  void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op,
+                const int* written = nullptr);
   void uv_gemm(int l, const S* olat, S* o, cudaStream_t s, const char* op);
 
   // streams.cu: the indexer's stream.
@@ -200,6 +205,12 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_, mqa_acc_;
   Buf<S> mqa_keys_, mqa_p_, uv_rows_;
   Buf<int> topk_, positions_, request_of_token_, block_table_;
+  // The device-driven H ops' metadata (k::Meta::live): [R, short-prefill flag, seq_len of each
+  // request], written by upload_step with the rest of the step; live_capture_: as a capture
+  // saw it (mutants stale-full-metadata, stale-short-prefill). device_ops_: the plan running
+  // (or being captured) is device-driven, so the H ops run those variants.
+  Buf<int> live_, live_capture_;
+  bool device_ops_ = false;
   Buf<long long> slots_;
   // The backend's own output buffers: the address rotates call to call.
   std::array<Buf<S>, 2> ring_;
@@ -225,8 +236,8 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   int wq_b_led_ = -1;
   int leads_ = 0;
 
-  // Captures: one per (plan name, capture size).
-  // Keyed by (Plan::signature(), capture size): what a plan records, not what it is called.
+  // Captures keyed by (Plan::record_signature(), capture size): what a plan records, not what
+  // it is called; a dispatch plan's two kinds of graph under their own keys.
   std::map<std::pair<std::string, int>, std::unique_ptr<BreakableGraph>> captures_;
   bool in_capture_ = false, in_graph_ = false, eager_segment_ = false;
 

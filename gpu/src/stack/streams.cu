@@ -54,6 +54,7 @@ cudaStream_t StackImpl<S>::indexer_stream() {
 /// Every layer's ops of `plan`, launched in order (no capture), the indexer stream joined.
 template <class S>
 void StackImpl<S>::run_layers(const boundary::Plan& plan) {
+  device_ops_ = plan.device_driven;
   for (int l = 0; l < cfg.num_layers; ++l) {
     lead_ = wq_b_may_lead(plan, l);
     for (const std::string& op : plan.ops(cfg, l)) run_op(l, boundary::op_of(op));

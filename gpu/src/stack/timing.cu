@@ -79,12 +79,15 @@ typename StackImpl<S>::Timing StackImpl<S>::median_ms(const char* what, F&& laun
 template <class S>
 double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   run(plan, in, false);  // warm-up; captures on first use
-  const auto it = captures_.find({plan.signature(), in.capture_size});
+  const boundary::Plan& serving = plan.serving(in);
+  const auto it = captures_.find({serving.record_signature(), in.capture_size});
   const auto step = [&] {
-    if (!plan.capture)
-      run_layers(plan);
-    else
+    if (!serving.capture) {
+      run_layers(serving);
+    } else {
+      device_ops_ = serving.device_driven;
       it->second->replay();
+    }
   };
   const Timing t = median_ms("time step", [&] {
     for (int i = 0; i < repeats; ++i) step();
@@ -95,10 +98,13 @@ double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, 
 
 template <class S>
 std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInput& in, int repeats,
-                                                                   bool graph) {
+                                                                   bool graph, bool device_driven) {
+  if (device_driven && !boundary::decode_only(in))
+    throw boundary::PlanError("time_ops: the device-driven variants serve decode-only steps");
   const boundary::Plan eager = boundary::plan_preset("eager", cfg);
   run(eager, in, false);
   upload_step(in);
+  device_ops_ = device_driven;
   std::vector<std::string> ops = eager.ops(cfg, 0);
   ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
   std::vector<std::pair<std::string, double>> out;

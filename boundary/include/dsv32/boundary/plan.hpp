@@ -3,12 +3,14 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/scenario.hpp"
 
 namespace dsv32::boundary {
 
@@ -48,11 +50,24 @@ const std::string& op_name(Op op);
 /// The op named `name`; throws PlanError for a name that is no op.
 Op op_of(std::string_view name);
 
+/// True when every request of the step has one new token (vLLM's uniform single-token decode
+/// batch): the steps a device-driven plan's graphs serve.
+bool decode_only(const StepInput& in);
+
 struct Plan {
   std::string name;
   bool capture = true;              // false: the `eager` baseline, no capture machinery at all
   bool copy_form = false;           // latent_copy + uv_proj_static instead of uv_proj
   bool allow_host_capture = false;  // captures H ops on purpose (plan mutants); skips validate
+  /// The H ops run their device-driven variants (docs/GPU.md, "Full graphs"): launch shapes
+  /// fixed by the capture size, T_a, the lengths, the block tables and the short-prefill
+  /// decision read from device buffers. They are decode kernels (token t is request t's one new
+  /// token), so such a plan serves decode-only steps, and `mixed` every other step. Capturing
+  /// indexer_topk, sparse_mqa and uv_proj is then legal.
+  bool device_driven = false;
+  /// A device-driven plan's plan for steps that are not decode-only: `eager` for `full` (vLLM's
+  /// FULL_DECODE_ONLY), the piecewise plan for `full-and-piecewise`. Not device-driven itself.
+  std::shared_ptr<const Plan> mixed;
   std::vector<std::map<std::string, Placement>> placement;  // per layer, per op
 
   /// The ops layer l runs, in order.
@@ -62,14 +77,27 @@ struct Plan {
   /// layer's placement of every op ("G"/"E" in op_names() order). Two plans with one signature
   /// capture the same graphs; a stack keys its captures by (signature, capture size), so a
   /// plan renamed or a placement changed under a known name never replays another's graph.
+  /// A dispatch plan's signature also names its `mixed` plan's.
   std::string signature() const;
+  /// The signature of what this plan's own captures record (signature() without `mixed`): the
+  /// key of its graphs on a stack, shared by `full` and `full-and-piecewise`.
+  std::string record_signature() const;
+  /// The plan that runs step `in`: this one, or `mixed` for a device-driven plan's step that is
+  /// not decode-only.
+  const Plan& serving(const StepInput& in) const;
 };
 
-/// Names of the presets: eager, breakable-eager, wide, narrow, narrow-copy (full is refused
-/// by the validator: no H op has a device-driven variant yet).
+/// Names of the presets: eager, breakable-eager, wide, narrow, narrow-copy, full (every op
+/// captured with the device-driven H ops; decode-only steps replay it, other steps run eagerly)
+/// and full-and-piecewise (vLLM's default mode: decode-only steps replay `full`'s graph, other
+/// steps the piecewise plan's, `narrow`).
 std::vector<std::string> plan_names();
 /// A preset for cfg's layers; throws PlanError for an unknown name.
 Plan plan_preset(std::string_view name, const Config& cfg);
+/// `full-and-piecewise` with `piecewise` (a preset that is not device-driven) serving the steps
+/// that are not decode-only; named "full-and-piecewise" for `narrow`, else
+/// "full-and-piecewise:PIECEWISE". Throws PlanError for a name that cannot serve them.
+Plan full_and_piecewise(const Config& cfg, std::string_view piecewise);
 /// The boundary bugs of BOUNDARIES.md section 4, by name. `capture-host-op` and
 /// `uv-captured-nocopy` are plan mutants (they capture an H op); the others are switches of the
 /// GPU stack (`Stack::set_mutant`).
@@ -86,13 +114,23 @@ enum class StackMutant {
   padded_cache_write,
   stale_positions,
   unjoined_stream,
+  full_for_mixed,
+  stale_full_metadata,
+  stale_short_prefill,
 };
+/// True for the mutants of the full graphs (full-for-mixed, stale-full-metadata,
+/// stale-short-prefill): they need a device-driven plan to show.
+bool is_full_graph_mutant(std::string_view mutant);
+/// The preset under which `mutant` shows: full-and-piecewise for the full graphs' mutants,
+/// else narrow.
+std::string mutant_plan(std::string_view mutant);
 /// The stack mutant named `name` ("": none); throws PlanError for a plan mutant or a name that
 /// is no mutant.
 StackMutant stack_mutant(std::string_view name);
 /// `plan` with a plan mutant applied (`capture-host-op`: sparse_mqa captured in every layer;
 /// `uv-captured-nocopy`: uv_proj captured, no-copy form); other names return it unchanged.
-/// Throws PlanError for an unknown name or a plan that captures nothing.
+/// Throws PlanError for an unknown name, a plan that captures nothing, or a full graphs'
+/// mutant with a plan that is not device-driven (it could not show).
 Plan mutate_plan(const Plan& plan, std::string_view mutant);
 
 /// The capture sizes up to `max_size` (vLLM's list): 1, 2, 4, multiples of 8 up to 256, then
@@ -103,8 +141,10 @@ std::vector<int> capture_sizes(int max_size);
 /// vLLM runs batches above the largest capture size eagerly). Throws for num_tokens < 1.
 int capture_size_for(const std::vector<int>& sizes, int num_tokens);
 
-/// Rejects a plan that captures an H op (BOUNDARIES.md: only legal with a device-driven
-/// variant); `allow_host_capture` bypasses it on purpose (mutants, bisect).
+/// Rejects a plan that captures an H op unless it is device-driven (BOUNDARIES.md: only legal
+/// with a device-driven variant; latent_copy has none, so a device-driven plan is no-copy) and
+/// a device-driven plan without a `mixed` plan, or whose `mixed` is device-driven or invalid;
+/// `allow_host_capture` bypasses the H-op rule on purpose (mutants, bisect).
 void validate(const Plan& plan, const Config& cfg, bool allow_host_capture = false);
 
 }  // namespace dsv32::boundary

@@ -114,9 +114,11 @@ class Stack {
   /// one eager run of the step (every buffer then holds the step's values): the ops of the
   /// `eager` plan, then `latent_copy` and `uv_proj_static`. `graph`: the repeats captured as one
   /// CUDA graph and replayed (the GPU's time; eagerly, an op of short kernels and cuBLAS calls
-  /// can be bound by the host's launches).
+  /// can be bound by the host's launches). `device_driven`: the H ops' device-driven variants
+  /// (`full`'s; the step must then be decode-only).
   std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
-                                                       bool graph = true);
+                                                       bool graph = true,
+                                                       bool device_driven = false);
   /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
   std::vector<double> residual(int T);
 
