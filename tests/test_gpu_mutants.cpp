@@ -43,6 +43,13 @@ const std::vector<Expect>& expectations() {
       {"padded-cache-write", "narrow", "data", {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
       {"stale-positions", "narrow", "boundary", {"norm_rope_cache"}},
       {"unjoined-stream", "narrow", "eager-segment", {"uv_proj"}},
+      // The full graphs' mutants, under the dispatch mode (BOUNDARIES.md's catalogue, extended
+      // in docs/GPU.md): a mixed step served by the full graph is named as such; the graph
+      // reading the capture's device metadata or short-prefill flag by the first op that reads
+      // them, layer 0's indexer_topk.
+      {"full-for-mixed", "full-and-piecewise", "dispatch", {""}},
+      {"stale-full-metadata", "full-and-piecewise", "boundary", {"indexer_topk"}},
+      {"stale-short-prefill", "full-and-piecewise", "boundary", {"indexer_topk"}},
   };
   return e;
 }

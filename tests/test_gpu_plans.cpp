@@ -36,13 +36,16 @@ TEST(GpuPlans, SegmentStructureMatchesEachPlan) {
   EXPECT_EQ(info("wide").structure, "GEGEGEG");
   EXPECT_EQ(info("breakable-eager").structure, "E");
   EXPECT_EQ(info("breakable-eager").graphs, 0);
+  EXPECT_EQ(info("full").structure, "G");  // one graph, no eager break
+  EXPECT_EQ(info("full").eager_breaks, 0);
+  EXPECT_EQ(info("full-and-piecewise").structure, "G");  // its own; narrow's alongside
 }
 
 TEST(GpuPlans, CaptureRunsNoGraphOp) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::read(fixture("default"));
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 16);
-  for (const char* plan : {"narrow", "wide", "narrow-copy"}) {
+  for (const char* plan : {"narrow", "wide", "narrow-copy", "full", "full-and-piecewise"}) {
     stack.capture(boundary::plan_preset(plan, gc.cfg), 8);
     // The capture left ones in the residual stream; residual_add or any G op would change them.
     for (double v : stack.residual(8)) ASSERT_EQ(v, 1.0) << plan;
@@ -74,6 +77,37 @@ TEST(GpuPlans, OneStackKeepsTwoPlansOfOneCaptureSizeApart) {
                            << "the correct plan's graph)";
     else
       EXPECT_TRUE(r.pass) << "step " << s << ": " << r.summary();
+  }
+  EXPECT_EQ(stack.capture_count(), 2);
+}
+
+TEST(GpuPlans, OneStackKeepsTheFullAndThePiecewiseGraphOfOneSizeApart) {
+  DSV32_REQUIRE_GPU();
+  // full-and-piecewise on one stack: decode-only and mixed steps alternate at one capture size,
+  // contexts growing past K and requests joining and finishing. Each step must give eager's
+  // bits; a stack that keyed its graphs by size alone would replay the first step's kind of
+  // graph for the other (the full graph's decode kernels are wrong for a mixed batch, and the
+  // piecewise graph was captured for other steps), and one that captured the full graph only
+  // would run mixed steps eagerly: it must hold two graphs.
+  const golden::GoldenCase gc = golden::read(fixture("default"));
+  ScenarioBuilder b(gc.cfg, 7, gc.num_blocks);
+  std::vector<StepInput> steps;
+  steps.push_back(b.step({{0, 1}, {1, 1}}, 8));          // decode-only: the full graph
+  steps.push_back(b.step({{0, 1}, {1, 1}, {2, 4}}, 8));  // mixed: narrow's graph
+  steps.push_back(b.step({{0, 1}, {1, 1}, {2, 1}}, 8));  // decode-only
+  steps.push_back(b.step({{0, 6}, {2, 1}}, 8));          // mixed: contexts past K
+  steps.push_back(b.step({{0, 1}, {1, 1}, {2, 1}}, 8));  // decode-only, past K
+  b.finish(1);
+  steps.push_back(b.step({{3, 3}, {0, 1}}, 8));          // a request joins
+  steps.push_back(b.step({{0, 1}, {2, 1}, {3, 1}}, 8));  // decode-only
+  const std::vector<StepTrace> eager = run_plan(gc.cfg, gc.weights, gc.num_blocks, steps, "eager");
+  const boundary::Plan fp = boundary::plan_preset("full-and-piecewise", gc.cfg);
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 8);
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    const CompareResult r = compare_abs(stack.run(fp, steps[s]).output, eager[s].output, 0.0);
+    EXPECT_TRUE(r.pass) << "step " << s
+                        << (boundary::decode_only(steps[s]) ? " (decode-only)" : " (mixed)") << ": "
+                        << r.summary();
   }
   EXPECT_EQ(stack.capture_count(), 2);
 }
@@ -134,6 +168,37 @@ std::vector<StepInput> token_count_steps(const Config& cfg, int num_blocks) {
     }
   }
   return steps;
+}
+
+/// Decode-only steps at capture sizes of the vLLM list up to 512, each with T_a = T and T - 1
+/// requests of one new token (padded rows NaN), after a prefill that gives some requests
+/// contexts past K; contexts grow by one a step, so the short-prefill decision changes too.
+std::vector<StepInput> decode_steps(const Config& cfg, int num_blocks) {
+  ScenarioBuilder b(cfg, 37, num_blocks);
+  std::vector<StepInput> steps;
+  steps.push_back(b.step({{0, 12}, {1, 30}, {2, 5}}, 48, Poison::nan));
+  for (int T : {1, 2, 8, 24, 64, 136, 256, 512})
+    for (int Ta : std::set<int>{T, std::max(1, T - 1)}) {
+      std::vector<StepRequest> reqs;
+      // Short contexts first at the small sizes (the shortcut), the long ones from T = 8 on.
+      const int first = T < 8 ? 3 : 0;
+      for (int r = first; r < first + Ta; ++r) reqs.push_back({r, 1});
+      steps.push_back(b.step(reqs, T, Poison::nan));
+    }
+  return steps;
+}
+
+TEST(GpuPlans, DecodeBatchesUpTo512UnderEveryPlan) {
+  DSV32_REQUIRE_GPU();
+  // The full graph's sweep: every capture size with its decode kernels over T rows, the live
+  // rows read on the device.
+  const Config cfg = preset("tiny-fs");  // F S F, K = 8, blocks of 5
+  const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 37));
+  const int num_blocks = 4000;  // 515 requests of up to 30 tokens, blocks of 5
+  const std::vector<StepInput> steps = decode_steps(cfg, num_blocks);
+  ASSERT_EQ(max_capture_size(steps), 512);
+  for (std::size_t s = 1; s < steps.size(); ++s) ASSERT_TRUE(boundary::decode_only(steps[s]));
+  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, boundary::plan_names()), "");
 }
 
 TEST(GpuPlans, TokenCountsUpTo512WithFewerRealTokensUnderEveryPlan) {

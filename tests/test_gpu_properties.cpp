@@ -3,7 +3,9 @@
 //   gates (TESTING.md), padded rows are poisoned;
 // - a stateful test (rc::state) whose commands admit, decode, grow and finish requests, change
 //   T_a under the same capture size, capture and recapture; each step must give eager's bits,
-//   the stack must hold one capture per size, and the oracle judges the whole run at the end.
+//   the stack must hold one capture per size and kind of graph (a dispatch plan's decode-only
+//   steps replay its full graph, its other steps the piecewise plan's, at the same sizes), and
+//   the oracle judges the whole run at the end.
 //
 // Reproduce a failure with the RC_PARAMS line RapidCheck prints; the case count follows
 // RC_PARAMS="max_success=N" (default 100).
@@ -12,6 +14,7 @@
 #include <rapidcheck/state.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "dsv32/gpu/stack.hpp"
@@ -24,7 +27,8 @@
 namespace dsv32 {
 namespace {
 
-const std::vector<std::string> kCapturePlans{"breakable-eager", "wide", "narrow", "narrow-copy"};
+const std::vector<std::string> kCapturePlans{"breakable-eager", "wide", "narrow",
+                                             "narrow-copy",     "full", "full-and-piecewise"};
 
 /// The capture size for T_a real tokens, `up` sizes above the smallest that fits (clipped).
 int padded_size(const std::vector<int>& sizes, int Ta, int up) {
@@ -86,15 +90,40 @@ TEST(GpuPlanProperty, EveryPlanGivesEagerBitsAndEagerMatchesTheOracle) {
 constexpr int kMaxT = 64;          // capture sizes 1, 2, 4, 8, ..., 64
 constexpr int kTokenBudget = 480;  // tokens over a whole command sequence (the cache's size)
 
+/// A graph a stack holds: the kind (0: the plan's own, 1: a dispatch plan's piecewise plan's)
+/// and the capture size.
+using Graph = std::pair<int, int>;
+
 /// What the test knows of the system: live requests and their contexts, the last capture size,
-/// the sizes captured, and the tokens spent.
+/// the graphs captured, the tokens spent, and which graphs the plan's steps take.
 struct Model {
   std::vector<std::pair<int, int>> live;  // (id, ctx), admission order
   int next_id = 0;
   int last_T = 0;
-  std::set<int> captured;
+  std::set<Graph> captured;
   int tokens = 0;
+  bool dispatch = false;        // device-driven: decode-only steps take graph kind 0
+  bool mixed_captures = false;  // ... and the others kind 1 (else they run eagerly)
+  /// The graph a step of `reqs` at size T takes, if any.
+  std::optional<Graph> graph_of(const std::vector<StepRequest>& reqs, int T) const {
+    if (!dispatch) return Graph{0, T};
+    const bool decode = std::all_of(reqs.begin(), reqs.end(), [](auto& r) { return r.q == 1; });
+    if (decode) return Graph{0, T};
+    if (mixed_captures) return Graph{1, T};
+    return std::nullopt;
+  }
+  /// Captures the stack should hold once `g` (if any) is held too.
+  int captures_with(const std::optional<Graph>& g) const {
+    return static_cast<int>(captured.size()) + (g && !captured.count(*g) ? 1 : 0);
+  }
 };
+
+Model model_for(const boundary::Plan& plan) {
+  Model m;
+  m.dispatch = plan.device_driven;
+  m.mixed_captures = plan.mixed && plan.mixed->capture;
+  return m;
+}
 
 /// The system: a ScenarioBuilder, an eager stack and a stack under the plan, and the run so far.
 struct Sut {
@@ -149,7 +178,7 @@ struct StepCommand : Command {
       }
     }
     m.last_T = size(m, Ta);
-    m.captured.insert(m.last_T);
+    if (const auto g = m.graph_of(reqs, m.last_T)) m.captured.insert(*g);
     m.tokens += Ta;
   }
   void run(const Model& m, Sut& sut) const override {
@@ -160,8 +189,7 @@ struct StepCommand : Command {
     const StepTrace b = sut.planned.run(sut.plan, in);
     if (const std::string d = first_difference(sut.cfg, {a}, {b}); !d.empty())
       RC_FAIL("plan " + sut.plan.name + " differs from eager: " + d);
-    RC_ASSERT(sut.planned.capture_count() ==
-              static_cast<int>(m.captured.size() + (m.captured.count(T) ? 0 : 1)));
+    RC_ASSERT(sut.planned.capture_count() == m.captures_with(m.graph_of(reqs, T)));
     sut.steps.push_back(in);
     sut.traces.push_back(a);
   }
@@ -249,11 +277,15 @@ struct Finish : Command {
 struct Capture : Command {
   int T;
   explicit Capture(const Model&) : T(*rc::gen::elementOf(sizes())) {}
-  void apply(Model& m) const override { m.captured.insert(T); }
+  void apply(Model& m) const override {
+    m.captured.insert({0, T});
+    if (m.mixed_captures) m.captured.insert({1, T});
+  }
   void run(const Model& m, Sut& sut) const override {
     sut.planned.capture(sut.plan, T);
-    RC_ASSERT(sut.planned.capture_count() ==
-              static_cast<int>(m.captured.size() + (m.captured.count(T) ? 0 : 1)));
+    Model after = m;
+    apply(after);
+    RC_ASSERT(sut.planned.capture_count() == static_cast<int>(after.captured.size()));
   }
   void show(std::ostream& os) const override { os << "Capture(T " << T << ")"; }
 };
@@ -264,7 +296,7 @@ TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
     const Config cfg = *gen::config();
     const std::string plan = *rc::gen::elementOf(kCapturePlans);
     Sut sut(cfg, plan);
-    const Model m0;
+    const Model m0 = model_for(sut.plan);
     const auto cmds = *rc::gen::resize(
         30, rc::state::gen::commands(
                 m0, rc::state::gen::execOneOfWithArgs<Admit, Admit, Decode, Grow,

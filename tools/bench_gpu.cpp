@@ -37,6 +37,10 @@ struct Options {
   bool ablate = false;
   bool memory = false;
   int memory_max_size = 512;
+  std::vector<int> memory_layers = {4, 8};
+  int memory_model_layers = 61;  // DeepSeek-V3.2's
+  std::vector<double> memory_gpu_gib = {80, 141};
+  double memory_utilization = 0.9;
   // The stack's switches (gpu::StackOptions), for A/B runs; recorded in every JSON.
   bool pdl = true, overlap = true, index_mma = true, topk_bins = true;
 };
@@ -169,7 +173,9 @@ int run_per_op(const Options& o) {
     std::vector<std::string> ops;
     std::map<int, std::vector<std::pair<std::string, double>>> times;
     std::map<int, std::map<std::string, double>> floors;
-    std::map<int, double> layer_ms, narrow_ms;
+    std::map<int, double> layer_ms, narrow_ms, full_ms;
+    // The device-driven variants of the H ops (`full`'s), decode batches only.
+    std::map<int, std::map<std::string, double>> device_ms;
     for (int T : o.per_op_tokens) {
       // Decode batches up to 64 requests; larger T: one prefill chunk at the same context.
       const bool decode = T <= 64;
@@ -183,6 +189,11 @@ int run_per_op(const Options& o) {
       layer_ms[T] = stack.time_step(boundary::plan_preset("eager", cfg), in, o.repeats);
       // The layer as vLLM runs it: captured, the narrow boundary's ops eager between segments.
       narrow_ms[T] = stack.time_step(boundary::plan_preset("narrow", cfg), in, o.repeats);
+      if (decode) {  // full: one graph, the H ops device-driven
+        full_ms[T] = stack.time_step(boundary::plan_preset("full", cfg), in, o.repeats);
+        for (const auto& [op, ms] : stack.time_ops(in, o.repeats, !o.per_op_eager, true))
+          if (boundary::is_host_op(op) && op != "latent_copy") device_ms[T][op] = ms;
+      }
       for (const auto& [op, ms] : times[T]) {
         floors[T][op] = op_bytes(cfg, op, in) / (gbs * 1e9) * 1e3;
         if (ops.size() < times[T].size()) ops.push_back(op);
@@ -210,20 +221,40 @@ int run_per_op(const Options& o) {
       }
       fmt::print("\n");
     }
+    // The device-driven H ops (decode batches): the same kernels over the capture size's rows.
+    for (const std::string op : {"indexer_topk", "sparse_mqa", "uv_proj"}) {
+      fmt::print("{:<16}", op + "*");
+      for (int T : o.per_op_tokens) {
+        const auto it = device_ms[T].find(op);
+        if (it == device_ms[T].end()) {
+          fmt::print(" {:>20}", "-");
+          continue;
+        }
+        fmt::print(" {:>20}", cell(it->second, floors[T][op]));
+        pj["device_ops"][op][std::to_string(T)] = {{"ms", it->second}, {"floor_ms", floors[T][op]}};
+      }
+      fmt::print("\n");
+    }
     for (const auto& [label, key, ms_of] :
          {std::tuple{"layer (eager)", "layer", &layer_ms},
-          std::tuple{"layer (narrow)", "layer_narrow", &narrow_ms}}) {
+          std::tuple{"layer (narrow)", "layer_narrow", &narrow_ms},
+          std::tuple{"layer (full)", "layer_full", &full_ms}}) {
       fmt::print("{:<16}", label);
       for (int T : o.per_op_tokens) {
         double floor = 0;  // the eager plan's ops: no copy form
         for (const auto& [op, f] : floors[T])
           if (op != "latent_copy" && op != "uv_proj_static") floor += f;
-        const double ms = ms_of->at(T);
-        fmt::print(" {:>20}", cell(ms, floor));
-        pj[key][std::to_string(T)] = {{"ms", ms}, {"floor_ms", floor}};
+        const auto it = ms_of->find(T);
+        if (it == ms_of->end()) {
+          fmt::print(" {:>20}", "-");
+          continue;
+        }
+        fmt::print(" {:>20}", cell(it->second, floor));
+        pj[key][std::to_string(T)] = {{"ms", it->second}, {"floor_ms", floor}};
       }
       fmt::print("\n");
     }
+    fmt::print("*: the device-driven variant (`full`'s), decode batches only\n");
     out["presets"][name] = pj;
   }
   if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
@@ -343,71 +374,175 @@ int cache_blocks(const Config& cfg, const Options& o) {
   return largest_batch(o) * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
 }
 
-/// Device memory per plan: one stack sized for --memory-max-size tokens holds the graphs of
-/// every capturing plan at every size of vLLM's list up to it (captures are keyed by plan and
-/// size, as a full-and-piecewise runtime holds two kinds), each plan's from cudaMemGetInfo
-/// deltas around its captures; nothing is freed between plans, so no plan's count reuses pages
-/// another freed. The static buffers are measured once; the copy form's static latent is counted
-/// as needed only by the plans that read it.
-int run_memory(const Options& o) {
-  const Config cfg = stack_config(o);
+/// One plan's (or dispatch mode's) device memory at one layer count.
+struct MemoryRow {
+  std::string plan;
+  double needed = 0, graphs = 0;  // bytes: the static buffers it needs, its graphs
+  std::vector<double> per_size;   // graph bytes per capture size
+};
+
+/// The measured rows of one layer count, and its static buffers.
+struct MemoryRun {
+  int layers = 0;
+  double statics = 0, copy = 0;
+  std::vector<MemoryRow> rows;
+  const MemoryRow& row(const std::string& plan) const {
+    for (const MemoryRow& r : rows)
+      if (r.plan == plan) return r;
+    throw std::logic_error("no memory row for " + plan);
+  }
+};
+
+/// Device memory per plan at `layers` layers: one stack sized for --memory-max-size tokens holds
+/// the graphs of every capturing plan at every size of vLLM's list up to it, each plan's from
+/// cudaMemGetInfo deltas around its captures; nothing is freed between plans, so no plan's count
+/// reuses pages another freed. The static buffers are measured once; the copy form's static
+/// latent is counted as needed only by the plans that read it. A dispatch mode holds two kinds
+/// of graph for every size: its rows are the sums of its full graph's row and its piecewise
+/// plan's (full-and-piecewise: full + narrow; its copy variant: full + narrow-copy), measured
+/// once each (the stack keys graphs by what they record, so the dispatch mode's captures would
+/// replace those of `full` and `narrow` rather than add to them).
+MemoryRun measure_memory(const Options& o, int layers, nlohmann::json& out) {
+  Options at = o;
+  at.layers = layers;
+  const Config cfg = stack_config(at);
   const Weights w = Weights::generate(cfg, 1);
   const int max_batch = largest_batch(o), blocks = cache_blocks(cfg, o);
   const std::vector<int> sizes = boundary::capture_sizes(o.memory_max_size);
   const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
   fmt::print(
-      "bench-gpu --memory: {} ({} layers), {} cache blocks ({} tokens each of {} "
+      "\nbench-gpu --memory: {} ({} layers), {} cache blocks ({} tokens each of {} "
       "requests), capture sizes 1..{} ({} sizes), {}\n",
-      o.preset, o.layers, blocks, o.context + 1, max_batch, o.memory_max_size, sizes.size(),
+      o.preset, layers, blocks, o.context + 1, max_batch, o.memory_max_size, sizes.size(),
       gpu::device_summary());
   fmt::print("stack options: {}\n", options_text(o));
+  MemoryRun run;
+  run.layers = layers;
   const std::size_t before = gpu::device_used_bytes();
   gpu::Stack stack(cfg, w, blocks, o.memory_max_size, 0, nullptr, stack_options(o));
-  const double statics = static_cast<double>(gpu::device_used_bytes() - before);
-  const double copy = static_cast<double>(stack.copy_form_bytes());
+  run.statics = static_cast<double>(gpu::device_used_bytes() - before);
+  run.copy = static_cast<double>(stack.copy_form_bytes());
   fmt::print(
       "static buffers (weights, caches, inter-op tensors): {:.3f} GiB, of which the copy "
       "form's static latent {:.3f} GiB\n",
-      statics / gib, copy / gib);
-  fmt::print("{:<16} {:>12} {:>12} {:>14} {:>12}\n", "plan", "needed", "graphs", "max a capture",
+      run.statics / gib, run.copy / gib);
+  fmt::print("{:<32} {:>12} {:>12} {:>14} {:>12}\n", "plan", "needed", "graphs", "max a capture",
              "total");
-  nlohmann::json out;
-  out["options"] = options_json(o);
-  out["preset"] = o.preset;
-  out["layers"] = o.layers;
-  out["context"] = o.context;
-  out["num_blocks"] = blocks;
-  out["capture_sizes"] = sizes;
-  out["static_bytes"] = statics;
-  out["copy_form_latent_bytes"] = copy;
+  nlohmann::json j{{"layers", layers},
+                   {"num_blocks", blocks},
+                   {"capture_sizes", sizes},
+                   {"static_bytes", run.statics},
+                   {"copy_form_latent_bytes", run.copy}};
+  const auto show = [&](const MemoryRow& r) {
+    fmt::print("{:<32} {:>8.3f} GiB {:>8.3f} GiB {:>10.1f} MiB {:>8.3f} GiB\n", r.plan,
+               r.needed / gib, r.graphs / gib,
+               *std::max_element(r.per_size.begin(), r.per_size.end()) / mib,
+               (r.needed + r.graphs) / gib);
+    j["rows"].push_back({{"plan", r.plan},
+                         {"needed_static_bytes", r.needed},
+                         {"graph_bytes", r.graphs},
+                         {"graph_bytes_per_size", r.per_size},
+                         {"total_needed_bytes", r.needed + r.graphs}});
+  };
   for (const std::string& name : boundary::plan_names()) {
     const boundary::Plan plan = boundary::plan_preset(name, cfg);
-    if (!plan.capture) continue;  // eager: no captures, the same static buffers
+    if (!plan.capture || (plan.mixed && plan.mixed->capture)) continue;  // eager; dispatch below
+    MemoryRow r{name, plan.copy_form ? run.statics : run.statics - run.copy, 0, {}};
     const std::size_t start = gpu::device_used_bytes();
-    std::vector<std::size_t> per;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const std::size_t b = gpu::device_used_bytes();
       stack.capture(plan, sizes[i]);
-      per.push_back(gpu::device_used_bytes() - b);
+      r.per_size.push_back(static_cast<double>(gpu::device_used_bytes() - b));
       fmt::print(stderr, "\r  {}: captured {}/{} sizes", name, i + 1, sizes.size());
     }
     fmt::print(stderr, "\r{:40}\r", "");
-    const double graphs = static_cast<double>(gpu::device_used_bytes() - start);
-    const double needed = plan.copy_form ? statics : statics - copy;
-    fmt::print("{:<16} {:>8.3f} GiB {:>8.3f} GiB {:>10.1f} MiB {:>8.3f} GiB\n", name, needed / gib,
-               graphs / gib, static_cast<double>(*std::max_element(per.begin(), per.end())) / mib,
-               (needed + graphs) / gib);
-    out["rows"].push_back({{"plan", name},
-                           {"needed_static_bytes", needed},
-                           {"graph_bytes", graphs},
-                           {"graph_bytes_per_size", per},
-                           {"total_needed_bytes", needed + graphs}});
+    r.graphs = static_cast<double>(gpu::device_used_bytes() - start);
+    run.rows.push_back(r);
+    show(r);
   }
-  out["captures_held"] = stack.capture_count();
+  for (const char* piecewise : {"narrow", "narrow-copy"}) {
+    const MemoryRow &full = run.row("full"), &piece = run.row(piecewise);
+    MemoryRow r{boundary::full_and_piecewise(cfg, piecewise).name,
+                std::max(full.needed, piece.needed),
+                full.graphs + piece.graphs,
+                {}};
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      r.per_size.push_back(full.per_size[i] + piece.per_size[i]);
+    run.rows.push_back(r);
+    show(r);
+  }
+  j["captures_held"] = stack.capture_count();
+  out["runs"].push_back(j);
+  return run;
+}
+
+/// The seed's question: what the copy form costs over no-copy under full-and-piecewise, per
+/// layer (the slope between the two largest layer counts measured) and at --memory-model-layers
+/// layers, in bytes and in tokens of KV cache (every layer's latent, rope part and indexer key
+/// a token: the cache it displaces), and against each --memory-gpu-gib GPU.
+void memory_summary(const Options& o, const std::vector<MemoryRun>& runs, nlohmann::json& out) {
+  const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
+  const MemoryRun &a = runs.front(), &b = runs.back();
+  const auto total = [](const MemoryRun& r, const std::string& plan) {
+    const MemoryRow& row = r.row(plan);
+    return row.needed + row.graphs;
+  };
+  const std::string nocopy = "full-and-piecewise", copy = "full-and-piecewise:narrow-copy";
+  const int N = o.memory_model_layers;
+  const Config cfg = preset(o.preset);
+  // Bytes of KV cache a token takes in every layer: latent and rope part (bf16), the indexer's
+  // fp8 key and its scale.
+  const double kv_token =
+      static_cast<double>(N) *
+      ((cfg.kv_lora_rank + cfg.qk_rope_head_dim) * 2.0 + cfg.index_head_dim + 4.0);
+  nlohmann::json sj{{"model_layers", N}, {"kv_bytes_per_token", kv_token}};
+  fmt::print("\ncopy form vs no-copy under full-and-piecewise ({} layers measured)\n", b.layers);
+  const double extra_b = total(b, copy) - total(b, nocopy);
+  double per_layer = extra_b / b.layers, fixed = 0;
+  if (runs.size() > 1 && b.layers != a.layers) {
+    const double extra_a = total(a, copy) - total(a, nocopy);
+    per_layer = (extra_b - extra_a) / (b.layers - a.layers);
+    fixed = extra_b - per_layer * b.layers;
+  }
+  const double at_n = fixed + per_layer * N;
+  fmt::print(
+      "  extra at {} layers: {:.1f} MiB (static latent {:.1f} MiB, graphs {:+.1f} MiB)\n"
+      "  extra a layer: {:.1f} MiB; at {} layers: {:.2f} GiB = {:.0f} tokens of KV cache "
+      "({:.0f} bytes a token over {} layers)\n",
+      b.layers, extra_b / mib, b.copy / mib,
+      (b.row("narrow-copy").graphs - b.row("narrow").graphs) / mib, per_layer / mib, N, at_n / gib,
+      at_n / kv_token, kv_token, N);
+  sj["extra_bytes_measured"] = extra_b;
+  sj["extra_bytes_per_layer"] = per_layer;
+  sj["extra_bytes_at_model_layers"] = at_n;
+  sj["extra_kv_tokens_at_model_layers"] = at_n / kv_token;
+  for (double g : o.memory_gpu_gib) {
+    const double slack = (1.0 - o.memory_utilization) * g * gib;
+    fmt::print(
+        "  on a {:.0f} GiB GPU: {:.2f}% of it; vLLM at gpu_memory_utilization {:.2f} leaves "
+        "{:.1f} GiB outside its budget, the copy form's extra is {:.0f}% of that\n",
+        g, 100 * at_n / (g * gib), o.memory_utilization, slack / gib, 100 * at_n / slack);
+    sj["gpus"].push_back(
+        {{"gib", g}, {"fraction_of_gpu", at_n / (g * gib)}, {"fraction_of_slack", at_n / slack}});
+  }
+  out["copy_vs_nocopy_full_and_piecewise"] = sj;
+}
+
+int run_memory(const Options& o) {
+  nlohmann::json out;
+  out["options"] = options_json(o);
+  out["preset"] = o.preset;
+  out["context"] = o.context;
+  out["memory_max_size"] = o.memory_max_size;
+  std::vector<int> layer_counts = o.memory_layers;
+  std::sort(layer_counts.begin(), layer_counts.end());
+  std::vector<MemoryRun> runs;
+  for (int layers : layer_counts) runs.push_back(measure_memory(o, layers, out));
   fmt::print(
       "needed: the static buffers, less the copy form's latent for a no-copy plan; graphs: the "
       "plan's instantiated graphs over the sizes (cudaMemGetInfo deltas, 2 MiB pages); total = "
-      "needed + graphs\n");
+      "needed + graphs; a dispatch mode: its full graph's row plus its piecewise plan's\n");
+  memory_summary(o, runs, out);
   if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   return kExitPass;
 }
@@ -513,6 +648,23 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
                 "graphs over vLLM's capture sizes up to --memory-max-size (table and --json)");
   sub->add_option("--memory-max-size", o->memory_max_size, "Largest capture size of --memory")
       ->check(int_in(1, 8192))
+      ->capture_default_str();
+  sub->add_option("--memory-layers", o->memory_layers,
+                  "Layer counts --memory measures (a table each; the copy form's cost a layer "
+                  "from the two largest)")
+      ->check(int_in(1, 64))
+      ->capture_default_str();
+  sub->add_option("--memory-model-layers", o->memory_model_layers,
+                  "Layers of the model --memory extrapolates the copy form's cost to")
+      ->check(int_in(1, 1024))
+      ->capture_default_str();
+  sub->add_option("--memory-gpu-gib", o->memory_gpu_gib,
+                  "GPU sizes (GiB) --memory weighs the copy form's cost against")
+      ->check(CLI::Range(1.0, 4096.0))
+      ->capture_default_str();
+  sub->add_option("--memory-utilization", o->memory_utilization,
+                  "vLLM's gpu_memory_utilization for --memory's comparison")
+      ->check(CLI::Range(0.01, 0.99))
       ->capture_default_str();
   sub->add_flag("--ablate", o->ablate,
                 "What each launch of one F layer of --preset costs the step: the layer timed "

@@ -49,25 +49,35 @@ int run(const Options& o) {
     mutants = boundary::mutant_names();
   else
     mutants.push_back(o.mutant);
+  // With --all-mutants, a full graphs' mutant runs under full-and-piecewise where --plan has no
+  // full graph (it could not show); the table names each run's plan.
+  const auto plan_for = [&](const std::string& m) {
+    if (o.all_mutants && boundary::is_full_graph_mutant(m) && !plan.device_driven)
+      return boundary::plan_preset(boundary::mutant_plan(m), gc.cfg);
+    return plan;
+  };
   for (const std::string& m : mutants)  // unknown names and unusable plans fail before any run
-    if (!m.empty()) boundary::mutate_plan(plan, m);
+    if (!m.empty()) boundary::mutate_plan(plan_for(m), m);
   fmt::print("dsv32 bisect: case {} ({} steps), plan {}, {}\n", gc.case_id, gc.steps.size(), o.plan,
              gpu::device_summary());
-  fmt::print("{:<22} {:<14} {:<16} {:>5}  {}\n", "mutant", "verdict", "op", "layer",
+  fmt::print("{:<22} {:<20} {:<14} {:<16} {:>5}  {}\n", "mutant", "plan", "verdict", "op", "layer",
              "first divergence");
   nlohmann::json out{{"case", gc.case_id}, {"plan", o.plan}};
   int unnoticed = 0, diverged = 0;
   for (const std::string& m : mutants) {
+    const boundary::Plan p = plan_for(m);
     const gpu::BisectReport r =
-        gpu::bisect(gc.cfg, w, gc.num_blocks, gc.steps, plan, m,
+        gpu::bisect(gc.cfg, w, gc.num_blocks, gc.steps, p, m,
                     [&](const std::string& line) { fmt::print(stderr, "  [{}] {}\n", m, line); });
-    fmt::print("{:<22} {:<14} {:<16} {:>5}  {}\n", m.empty() ? "(none)" : m, r.verdict,
-               r.op.empty() ? "-" : r.op, r.layer < 0 ? std::string("-") : std::to_string(r.layer),
+    fmt::print("{:<22} {:<20} {:<14} {:<16} {:>5}  {}\n", m.empty() ? "(none)" : m, p.name,
+               r.verdict, r.op.empty() ? "-" : r.op,
+               r.layer < 0 ? std::string("-") : std::to_string(r.layer),
                r.where.empty() ? "-" : r.where);
     if (!o.all_mutants) fmt::print("{}\n{}\n", r.summary(), r.detail);
     unnoticed += r.verdict == "none" ? 1 : 0;
     diverged += r.verdict == "none" ? 0 : 1;
     out["results"].push_back({{"mutant", m},
+                              {"plan", p.name},
                               {"verdict", r.verdict},
                               {"op", r.op},
                               {"layer", r.layer},

@@ -75,7 +75,9 @@ void add_gpu(CLI::App& app, int& exit_code) {
   sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")
       ->required()
       ->check(kInputFile);
-  sub->add_option("--plan", o->plan, "eager, breakable-eager, wide, narrow, narrow-copy")
+  sub->add_option("--plan", o->plan,
+                  "eager, breakable-eager, wide, narrow, narrow-copy, full, full-and-piecewise "
+                  "(its piecewise plan by suffix: full-and-piecewise:wide)")
       ->capture_default_str();
   sub->add_option("--tp", o->tp,
                   "Tensor-parallel ranks, one GPU each (each holds num_heads / tp heads)")

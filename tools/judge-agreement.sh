@@ -8,7 +8,7 @@ tool=$1
 scratch=$2
 mkdir -p "$scratch"
 cd "$(dirname "$0")/.."
-plans="eager breakable-eager wide narrow narrow-copy"
+plans="eager breakable-eager wide narrow narrow-copy full full-and-piecewise"
 runs=0 agree=0 passes=0
 for golden in fixtures/*.h5; do
   case=$(basename "$golden" .h5)

@@ -2,6 +2,7 @@
 // against the committed goldens, its own invariants, and the GPU plans (issue 7).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -27,6 +28,7 @@ namespace dsv32::tools {
 namespace {
 
 struct Options {
+  std::string mutant;  // a mutant switched on in the GPU rows ("" none)
   std::string scenario = "default";
   std::string fixtures = DSV32_FIXTURES_DIR;
   std::string json;
@@ -79,10 +81,12 @@ Verdict goldens(const Options& o) {
 
 #if DSV32_HAVE_CUDA
 /// Every plan on the GPU: bitwise equal to `eager`, and `eager` within the oracle's gates.
-void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
+void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vector<Verdict>& rows) {
   const auto w = std::make_shared<const Weights>(gc.weights);
-  const std::vector<StepTrace> eager = gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
-                                                      boundary::plan_preset("eager", gc.cfg));
+  const std::string stack_mutant = boundary::is_plan_mutant(mutant) ? "" : mutant;
+  const std::vector<StepTrace> eager =
+      gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
+                     boundary::plan_preset("eager", gc.cfg), stack_mutant);
   const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
   rows.push_back(
       {"gpu eager vs oracle (T2 vs T0/T1)", j.failures.empty() && j.stages > 0 ? "pass" : "FAIL",
@@ -90,7 +94,7 @@ void gpu_rows(const golden::GoldenCase& gc, std::vector<Verdict>& rows) {
                                         j.stages, j.topk_rows, j.worst, j.worst_where)
                           : j.failures.front()});
   for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(
-           gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager)) {
+           gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, 1, mutant)) {
     rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? "pass" : "FAIL",
                     c.difference.empty()
                         ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
@@ -183,11 +187,13 @@ std::vector<Verdict> run(const Options& o) {
                       : refused});
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_device_reason(); !why.empty()) {
-    rows.push_back(
-        {"gpu plans (eager, breakable-eager, wide, narrow, narrow-copy)", "not run", why});
+    std::string plans;
+    for (const std::string& p : boundary::plan_names()) plans += (plans.empty() ? "" : ", ") + p;
+    rows.push_back({"gpu plans (" + plans + ")", "not run", why});
   } else {
-    gpu_rows(gc, rows);
-    for (int tp : {2, 4}) rows.push_back(tp_row(gc, tp));
+    gpu_rows(gc, o.mutant, rows);
+    if (o.mutant.empty())
+      for (int tp : {2, 4}) rows.push_back(tp_row(gc, tp));
   }
 #else
   rows.push_back({"gpu plans", "not run", "built without CUDA"});
@@ -205,9 +211,20 @@ void add_selfcheck(CLI::App& app, int& exit_code) {
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
   sub->add_option("--json", o->json, "Also write the verdicts as JSON here")->check(kOutputFile);
+  sub->add_option("--mutant", o->mutant,
+                  "Switch on a mutant of the GPU build (BOUNDARIES.md section 4, docs/GPU.md) in "
+                  "the GPU rows: the table must then fail (the tensor-parallel rows are left out)")
+      ->check([](const std::string& m) {
+        const auto& names = boundary::mutant_names();
+        return std::find(names.begin(), names.end(), m) == names.end()
+                   ? "unknown mutant '" + m + "'"
+                   : std::string();
+      });
   sub->callback([o, &exit_code] {
     const std::vector<Verdict> rows = run(*o);
-    const std::string title = fmt::format("dsv32 selfcheck: scenario {}", o->scenario);
+    const std::string title =
+        fmt::format("dsv32 selfcheck: scenario {}{}", o->scenario,
+                    o->mutant.empty() ? "" : ", mutant " + o->mutant + " switched on");
     const bool ok = print_verdicts(title, rows);
     if (!o->json.empty()) write_verdicts_json(o->json, title, rows);
     exit_code = ok ? kExitPass : kExitFail;

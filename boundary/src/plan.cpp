@@ -80,11 +80,14 @@ std::string Plan::record_signature() const {
 }
 
 std::vector<std::string> plan_names() {
-  return {"eager", "breakable-eager", "wide", "narrow", "narrow-copy", "full", "full-and-piecewise"};
+  return {"eager", "breakable-eager",   "wide", "narrow", "narrow-copy",
+          "full",  "full-and-piecewise"};
 }
 
 Plan plan_preset(std::string_view name, const Config& cfg) {
   if (name == "full-and-piecewise") return full_and_piecewise(cfg, "narrow");
+  if (constexpr std::string_view fp = "full-and-piecewise:"; name.substr(0, fp.size()) == fp)
+    return full_and_piecewise(cfg, name.substr(fp.size()));
   Plan p;
   p.name = std::string(name);
   std::vector<std::string> eager_ops;
@@ -122,17 +125,17 @@ Plan full_and_piecewise(const Config& cfg, std::string_view piecewise) {
     throw PlanError("full-and-piecewise: the piecewise plan '" + std::string(piecewise) +
                     "' is device-driven; it must serve steps that are not decode-only");
   Plan p = plan_preset("full", cfg);
-  p.name = piecewise == "narrow" ? "full-and-piecewise"
-                                 : "full-and-piecewise:" + std::string(piecewise);
+  p.name =
+      piecewise == "narrow" ? "full-and-piecewise" : "full-and-piecewise:" + std::string(piecewise);
   p.mixed = std::make_shared<const Plan>(std::move(piece));
   return p;
 }
 
 const std::vector<std::string>& mutant_names() {
   static const std::vector<std::string> names{
-      "fresh-output",        "capture-host-op",    "baked-short-prefill", "uv-captured-nocopy",
-      "shared-layer-clears", "no-topk-clear",      "double-rope",         "padded-cache-write",
-      "stale-positions",     "unjoined-stream",    "full-for-mixed",      "stale-full-metadata",
+      "fresh-output",        "capture-host-op", "baked-short-prefill", "uv-captured-nocopy",
+      "shared-layer-clears", "no-topk-clear",   "double-rope",         "padded-cache-write",
+      "stale-positions",     "unjoined-stream", "full-for-mixed",      "stale-full-metadata",
       "stale-short-prefill"};
   return names;
 }

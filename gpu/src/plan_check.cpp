@@ -12,18 +12,24 @@ namespace dsv32::gpu {
 std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& weights,
                                            int num_blocks, const std::vector<StepInput>& steps,
                                            const std::vector<std::string>& plans,
-                                           const std::vector<StepTrace>& eager, int tp) {
+                                           const std::vector<StepTrace>& eager, int tp,
+                                           const std::string& mutant) {
+  if (tp > 1 && !mutant.empty())
+    throw boundary::PlanError("check_plans_bitwise: mutants are switched on at tp 1 only");
   std::vector<PlanCheck> out;
   for (const std::string& name : plans) {
     if (name == "eager") continue;
     PlanCheck c;
     c.plan = name;
-    const boundary::Plan plan = boundary::plan_preset(name, cfg);
+    boundary::Plan plan = boundary::plan_preset(name, cfg);
+    const bool plan_mutant = boundary::is_plan_mutant(mutant);
+    if (plan_mutant && plan.capture) plan = boundary::mutate_plan(plan, mutant);
     std::vector<StepTrace> got;
     if (tp > 1) {
       got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);
     } else {
       Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
+      if (!plan_mutant) stack.set_mutant(mutant);
       if (plan.capture && !steps.empty())
         c.structure = stack.capture(plan, steps.front().capture_size).structure;
       for (const StepInput& in : steps) got.push_back(stack.run(plan, in));

@@ -44,14 +44,25 @@ inline std::string check_plans(const Config& cfg, const std::shared_ptr<const We
   else if (!j.failures.empty())
     return "eager vs oracle: " + j.failures.front() + " (" + std::to_string(j.failures.size()) +
            " failures)";
-  std::set<int> sizes;
-  for (const StepInput& in : steps) sizes.insert(in.capture_size);
   for (const gpu::PlanCheck& c :
        gpu::check_plans_bitwise(cfg, *w, num_blocks, steps, plans, base, tp)) {
     if (!c.difference.empty()) return "plan " + c.plan + " differs from eager: " + c.difference;
-    if (c.captures != static_cast<int>(sizes.size()))
+    // One graph per capture size and plan serving a step there (a dispatch plan: its full graph
+    // for decode-only steps, its piecewise plan's for the others); at tp 1 check_plans_bitwise
+    // captures the plan (both kinds) at the first step's size first.
+    const boundary::Plan p = boundary::plan_preset(c.plan, cfg);
+    std::set<std::pair<std::string, int>> graphs;
+    if (tp == 1 && p.capture && !steps.empty()) {
+      graphs.insert({p.record_signature(), steps.front().capture_size});
+      if (p.mixed && p.mixed->capture)
+        graphs.insert({p.mixed->record_signature(), steps.front().capture_size});
+    }
+    for (const StepInput& in : steps)
+      if (const boundary::Plan& s = p.serving(in); s.capture)
+        graphs.insert({s.record_signature(), in.capture_size});
+    if (c.captures != static_cast<int>(graphs.size()))
       return "plan " + c.plan + " holds " + std::to_string(c.captures) + " captures for " +
-             std::to_string(sizes.size()) + " capture sizes";
+             std::to_string(graphs.size()) + " (plan, capture size) pairs its steps use";
   }
   return "";
 }

@@ -156,34 +156,35 @@ __global__ void __launch_bounds__(kIdxThreads)
   if (scores_skipped(m) || !token_of(m, t, r, p) || static_cast<int>(blockIdx.y) * NB > p)
     return;  // the same in every thread
   stage_index_q(d, t, q8, omega, sq);
-  for (int j0 = blockIdx.y * NB; j0 <= p; j0 += gridDim.y * NB) {  // once unless the grid is capped
-  for (int w = tid; w < NB * 8; w += blockDim.x) {  // a 16-code piece of a key each
-    const int kk = w / 8, piece = w % 8, j = j0 + kk;
-    float v[16];
-    if (j <= p) {
-      const long long slot = slot_of(d, m, r, j);
-      decode16(cache.codes + slot * 128 + piece * 16, v);
-      if (piece == 0) kscale[kk] = cache.scales[slot];
-    } else {
-      for (int q = 0; q < 16; ++q) v[q] = 0.f;
+  // Once unless the grid is capped (a device-driven launch): chunks gridDim.y apart.
+  for (int j0 = blockIdx.y * NB; j0 <= p; j0 += gridDim.y * NB) {
+    for (int w = tid; w < NB * 8; w += blockDim.x) {  // a 16-code piece of a key each
+      const int kk = w / 8, piece = w % 8, j = j0 + kk;
+      float v[16];
+      if (j <= p) {
+        const long long slot = slot_of(d, m, r, j);
+        decode16(cache.codes + slot * 128 + piece * 16, v);
+        if (piece == 0) kscale[kk] = cache.scales[slot];
+      } else {
+        for (int q = 0; q < 16; ++q) v[q] = 0.f;
+      }
+      for (int q = 0; q < 16; ++q) keys[kk * 129 + piece * 16 + q] = v[q];
     }
-    for (int q = 0; q < 16; ++q) keys[kk * 129 + piece * 16 + q] = v[q];
-  }
-  __syncthreads();
-  const int lane = tid % 32, g = tid / 32;
-  float sums[2];
-  index_group_sums<2, 4>(
-      d, sq, g, [&](int kk, int i) { return keys[(lane + 32 * kk) * 129 + i]; }, sums);
-  part[g * NB + lane] = sums[0];
-  part[g * NB + lane + 32] = sums[1];
-  __syncthreads();
-  const int j = j0 + tid;
-  if (tid < NB && j <= p) {
-    float total = 0.f;
-    for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * NB + tid];
-    scores[static_cast<long long>(t) * ld_scores + j] = kscale[tid] * total;
-  }
-  __syncthreads();  // kscale and part are read before the next chunk's keys are staged
+    __syncthreads();
+    const int lane = tid % 32, g = tid / 32;
+    float sums[2];
+    index_group_sums<2, 4>(
+        d, sq, g, [&](int kk, int i) { return keys[(lane + 32 * kk) * 129 + i]; }, sums);
+    part[g * NB + lane] = sums[0];
+    part[g * NB + lane + 32] = sums[1];
+    __syncthreads();
+    const int j = j0 + tid;
+    if (tid < NB && j <= p) {
+      float total = 0.f;
+      for (int gg = 0; gg < kIdxGroups; ++gg) total += part[gg * NB + tid];
+      scores[static_cast<long long>(t) * ld_scores + j] = kscale[tid] * total;
+    }
+    __syncthreads();  // kscale and part are read before the next chunk's keys are staged
   }
 }
 
@@ -306,65 +307,65 @@ __global__ void __launch_bounds__(kIdxMmaThreads)
   }
   stream_order();
   for (; j0 <= jmax; j0 += gridDim.y * kIdxMmaKeys, staged = -1)  // once unless capped
-  for (int t = t0; t < t1; ++t) {
-    const int p = pos(t), r = req(t);
-    if (j0 > p) continue;  // the same in every thread
-    if (r != staged) {
-      stage(t, r, p);
-      staged = r;
-    }
-    for (int i = tid; i < HT * 16 * 8; i += blockDim.x) {  // a 16-code piece of a head's q
-      const int h = i / 8, piece = i % 8;
-      const auto* row =
-          reinterpret_cast<const uint4*>(q8 + (static_cast<long long>(t) * d.HI + h) * 128);
-      const uint4 w = h < d.HI ? __ldg(row + piece) : zero;
-      e4m3x16_to_f16(w, qh + h * kIdxMmaRow + piece * 16);
-    }
-    for (int h = tid; h < HT * 16; h += blockDim.x)
-      om[h] = h < d.HI ? omega[static_cast<long long>(t) * d.HI + h] : 0.f;
-    __syncthreads();
-    const int warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-    const int ht = warp % 4, kq = warp / 4;
-    if (ht < HT) {
-      float acc[4][4];
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-      const __half* qa = qh + (ht * 16 + g) * kIdxMmaRow + q * 2;
-#pragma unroll
-      for (int ks = 0; ks < 8; ++ks) {
-        const __half* pa = qa + ks * 16;
-        const unsigned a[4] = {*reinterpret_cast<const unsigned*>(pa),
-                               *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow),
-                               *reinterpret_cast<const unsigned*>(pa + 8),
-                               *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow + 8)};
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const __half* pb = kh + (kq * 32 + nt * 8 + g) * kIdxMmaRow + ks * 16 + q * 2;
-          mma_f16(acc[nt], a, *reinterpret_cast<const unsigned*>(pb),
-                  *reinterpret_cast<const unsigned*>(pb + 8));
-        }
+    for (int t = t0; t < t1; ++t) {
+      const int p = pos(t), r = req(t);
+      if (j0 > p) continue;  // the same in every thread
+      if (r != staged) {
+        stage(t, r, p);
+        staged = r;
       }
-      // Lane (g, q) holds heads ht 16 + g and + 8 for keys 2q, 2q + 1 of each 8-key tile.
-      const float oa = om[ht * 16 + g], ob = om[ht * 16 + g + 8];
+      for (int i = tid; i < HT * 16 * 8; i += blockDim.x) {  // a 16-code piece of a head's q
+        const int h = i / 8, piece = i % 8;
+        const auto* row =
+            reinterpret_cast<const uint4*>(q8 + (static_cast<long long>(t) * d.HI + h) * 128);
+        const uint4 w = h < d.HI ? __ldg(row + piece) : zero;
+        e4m3x16_to_f16(w, qh + h * kIdxMmaRow + piece * 16);
+      }
+      for (int h = tid; h < HT * 16; h += blockDim.x)
+        om[h] = h < d.HI ? omega[static_cast<long long>(t) * d.HI + h] : 0.f;
+      __syncthreads();
+      const int warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+      const int ht = warp % 4, kq = warp / 4;
+      if (ht < HT) {
+        float acc[4][4];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float v = fmaf(ob, fmaxf(acc[nt][2 + e], 0.f), oa * fmaxf(acc[nt][e], 0.f));
-          for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-          if (g == 0) part[ht][kq * 32 + nt * 8 + q * 2 + e] = v;
+          for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+        const __half* qa = qh + (ht * 16 + g) * kIdxMmaRow + q * 2;
+#pragma unroll
+        for (int ks = 0; ks < 8; ++ks) {
+          const __half* pa = qa + ks * 16;
+          const unsigned a[4] = {*reinterpret_cast<const unsigned*>(pa),
+                                 *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow),
+                                 *reinterpret_cast<const unsigned*>(pa + 8),
+                                 *reinterpret_cast<const unsigned*>(pa + 8 * kIdxMmaRow + 8)};
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const __half* pb = kh + (kq * 32 + nt * 8 + g) * kIdxMmaRow + ks * 16 + q * 2;
+            mma_f16(acc[nt], a, *reinterpret_cast<const unsigned*>(pb),
+                    *reinterpret_cast<const unsigned*>(pb + 8));
+          }
         }
+        // Lane (g, q) holds heads ht 16 + g and + 8 for keys 2q, 2q + 1 of each 8-key tile.
+        const float oa = om[ht * 16 + g], ob = om[ht * 16 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float v = fmaf(ob, fmaxf(acc[nt][2 + e], 0.f), oa * fmaxf(acc[nt][e], 0.f));
+            for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (g == 0) part[ht][kq * 32 + nt * 8 + q * 2 + e] = v;
+          }
+      }
+      __syncthreads();  // part is complete; qh and om are free for the next token
+      const int j = j0 + tid;
+      if (tid < kIdxMmaKeys && j <= p) {
+        float total = part[0][tid];
+        for (int h = 1; h < HT; ++h) total += part[h][tid];
+        scores[static_cast<long long>(t) * ld_scores + j] = ksc[tid] * total;
+      }
     }
-    __syncthreads();  // part is complete; qh and om are free for the next token
-    const int j = j0 + tid;
-    if (tid < kIdxMmaKeys && j <= p) {
-      float total = part[0][tid];
-      for (int h = 1; h < HT; ++h) total += part[h][tid];
-      scores[static_cast<long long>(t) * ld_scores + j] = ksc[tid] * total;
-    }
-  }
 }
 
 IndexScoreKernel choose_index_scores(const Dims& d, int rows, int longest, int sms, bool mma) {
@@ -404,8 +405,8 @@ void launch_index_scores(const Launch& go, IndexScoreKernel kernel, const Dims& 
          index_scores_smem(d), d, m, q8, omega, cache, scores, ld_scores);
       break;
     case IndexScoreKernel::grouped:
-      go(index_scores_grouped, dim3(rows, chunks(kIdxBlockKeys)), kIdxThreads,
-         index_scores_smem(d), d, m, q8, omega, cache, scores, ld_scores);
+      go(index_scores_grouped, dim3(rows, chunks(kIdxBlockKeys)), kIdxThreads, index_scores_smem(d),
+         d, m, q8, omega, cache, scores, ld_scores);
       break;
   }
 }

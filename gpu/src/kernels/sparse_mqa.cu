@@ -168,13 +168,13 @@ void launch_spin(cudaStream_t stream, long long cycles) {
   spin<<<1, 1, 0, stream>>>(cycles);
 }
 
-#define DSV32_INSTANTIATE(S)                                                                      \
-  template void launch_mqa_gather<S>(const Launch&, const Dims&, const Meta&, int, KvCache<S>,    \
-                                     const int*, S*, bool, int*);                                 \
-  template void launch_mqa_softmax<S>(const Launch&, const Dims&, const Meta&, int, const int*,   \
-                                      const float*, S*, float*);                                  \
-  template void launch_mqa_finish<S>(const Launch&, const Dims&, const Meta&, int, const float*,  \
-                                     const float*, S*, S*, float*);                               \
+#define DSV32_INSTANTIATE(S)                                                                     \
+  template void launch_mqa_gather<S>(const Launch&, const Dims&, const Meta&, int, KvCache<S>,   \
+                                     const int*, S*, bool, int*);                                \
+  template void launch_mqa_softmax<S>(const Launch&, const Dims&, const Meta&, int, const int*,  \
+                                      const float*, S*, float*);                                 \
+  template void launch_mqa_finish<S>(const Launch&, const Dims&, const Meta&, int, const float*, \
+                                     const float*, S*, S*, float*);                              \
   template void launch_copy_rows<S>(const Launch&, const Meta&, int, const S*, S*, int);
 DSV32_INSTANTIATE(float)
 DSV32_INSTANTIATE(bf16)

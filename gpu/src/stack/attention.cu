@@ -114,8 +114,8 @@ void StackImpl<S>::sparse_mqa(int l) {
           mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
   // The gather and the finish also write the trace copies (not part of the op's contract):
   // this layer's sets and latent.
-  k::launch_mqa_finish(go("sparse_mqa"), d, meta(), launch_rows, mqa_acc_->get(), mqa_ml_->get(), olat,
-                       w.olat_trace->get(), w.lse->get());
+  k::launch_mqa_finish(go("sparse_mqa"), d, meta(), launch_rows, mqa_acc_->get(), mqa_ml_->get(),
+                       olat, w.olat_trace->get(), w.lse->get());
 }
 
 /// The no-copy form: backend rows [0, T_a) into o.

@@ -217,13 +217,17 @@ k::Meta StackImpl<S>::meta() const {
   // Mutant stale-positions: a graph op reads the positions its capture saw.
   const int* pos = mutant_ == Mutant::stale_positions && in_graph_ ? positions_snapshot_->get()
                                                                    : positions_->get();
-  k::Meta m{pos,           slots_->get(),     request_of_token_->get(),
-            block_table_->get(), rope_cos_->get(), rope_sin_->get()};
+  k::Meta m{pos,
+            slots_->get(),
+            request_of_token_->get(),
+            block_table_->get(),
+            rope_cos_->get(),
+            rope_sin_->get()};
   if (device_ops_) {
     // Mutants: a graph op reads the device metadata (or the short-prefill flag) as the capture
     // wrote it, not the step's.
-    m.live = mutant_ == Mutant::stale_full_metadata && in_graph_ ? live_capture_->get()
-                                                                 : live_->get();
+    m.live =
+        mutant_ == Mutant::stale_full_metadata && in_graph_ ? live_capture_->get() : live_->get();
     m.short_prefill = (mutant_ == Mutant::stale_short_prefill && in_graph_ ? live_capture_->get()
                                                                            : live_->get()) +
                       1;

@@ -25,8 +25,8 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
     auto it = captures_.find({serving.record_signature(), T});
     if (it == captures_.end()) {
       if (replay_only)
-        throw boundary::PlanError("plan '" + serving.name +
-                                  "' was not captured at capture size " + std::to_string(T));
+        throw boundary::PlanError("plan '" + serving.name + "' was not captured at capture size " +
+                                  std::to_string(T));
       capture_one(serving, T, false);
       upload_step(in);  // capture ran its eager ops on empty metadata
       it = captures_.find({serving.record_signature(), T});

@@ -101,8 +101,8 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   // timing.cu
   double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) override;
   double last_host_ms() const override { return host_step_ms_; }
-  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
-                                                       bool graph, bool device_driven) override;
+  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats, bool graph,
+                                                       bool device_driven) override;
   void skip_launch(const std::string& label) override;
   std::vector<std::string> launch_labels(const StepInput& in) override;
 

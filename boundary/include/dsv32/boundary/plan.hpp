@@ -92,7 +92,8 @@ struct Plan {
 /// and full-and-piecewise (vLLM's default mode: decode-only steps replay `full`'s graph, other
 /// steps the piecewise plan's, `narrow`).
 std::vector<std::string> plan_names();
-/// A preset for cfg's layers; throws PlanError for an unknown name.
+/// A preset for cfg's layers, or "full-and-piecewise:P" (full_and_piecewise with P); throws
+/// PlanError for an unknown name.
 Plan plan_preset(std::string_view name, const Config& cfg);
 /// `full-and-piecewise` with `piecewise` (a preset that is not device-driven) serving the steps
 /// that are not decode-only; named "full-and-piecewise" for `narrow`, else

@@ -22,9 +22,13 @@ struct PlanCheck {
 /// tensor-parallel group, its ranks' traces merged), compared bit for bit with `eager`'s traces
 /// of the same steps, in the order given. At tp 1 the plan is captured at the first step's
 /// capture size before the steps run (as Stack::run would on first use), for `structure`.
+/// `mutant` (tp 1 only; "" none): a plan mutant is applied to every plan that captures, a
+/// stack mutant switched on in every stack (a full graphs' mutant only shows in a plan with
+/// full graphs): `dsv32 selfcheck --mutant` shows the main job failing on it.
 std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& weights,
                                            int num_blocks, const std::vector<StepInput>& steps,
                                            const std::vector<std::string>& plans,
-                                           const std::vector<StepTrace>& eager, int tp = 1);
+                                           const std::vector<StepTrace>& eager, int tp = 1,
+                                           const std::string& mutant = "");
 
 }  // namespace dsv32::gpu
