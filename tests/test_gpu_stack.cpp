@@ -198,13 +198,30 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       EXPECT_EQ(leads_other, leads_two) << name << " under " << plan;
       EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": overlap off forked";
       EXPECT_EQ(leads_one, 0) << name << " under " << plan << ": overlap off led";
-      bool leads = !p.capture;
-      for (int l = 0; l < gc.cfg.num_layers; ++l) {
-        bool stretch = gc.cfg.is_full_layer(l);
-        for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
-                               "fused_q", "indexer_topk"})
-          stretch = stretch && p.at(l, op) == boundary::Placement::graph;
-        leads = leads || stretch;
+      // Which plan runs a step: a dispatch plan's steps that are not decode-only run its
+      // piecewise plan (or eagerly).
+      const auto leads_under = [&](const boundary::Plan& q) {
+        bool leads = !q.capture;
+        for (int l = 0; l < gc.cfg.num_layers; ++l) {
+          bool stretch = gc.cfg.is_full_layer(l);
+          for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
+                                 "fused_q", "indexer_topk"})
+            stretch = stretch && q.at(l, op) == boundary::Placement::graph;
+          leads = leads || stretch;
+        }
+        return leads;
+      };
+      const auto forks_under = [&](const boundary::Plan& q) {
+        bool forks = !q.capture;
+        for (int l = 0; l < gc.cfg.num_layers; ++l)
+          forks = forks || (gc.cfg.is_full_layer(l) &&
+                            q.at(l, "indexer_wq_b") == boundary::Placement::graph);
+        return forks;
+      };
+      bool leads = false, forks = false;
+      for (const StepInput& in : gc.steps) {
+        leads = leads || leads_under(p.serving(in));
+        forks = forks || forks_under(p.serving(in));
       }
       if (leads) {
         EXPECT_GT(leads_two, 0) << name << " under " << plan << ": indexer_wq_b never led";
@@ -213,10 +230,6 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       }
       // An eager segment keeps one stream: the indexer forks eagerly, or where one of its ops
       // is captured (`breakable-eager` and `wide` run them all as eager segments).
-      bool forks = !p.capture;
-      for (int l = 0; l < gc.cfg.num_layers; ++l)
-        forks = forks ||
-                (gc.cfg.is_full_layer(l) && p.at(l, "indexer_wq_b") == boundary::Placement::graph);
       if (forks) {
         EXPECT_GT(forks_two, 0) << name << " under " << plan << ": the indexer never forked";
       } else {

@@ -52,6 +52,52 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
       fail_row(j, s, l, t, why);
   };
+  // The stages of steps [0, count), followed in full (judging ends with them).
+  const auto judge_stages = [&](std::size_t count) {
+    const std::vector<StepTrace> cand(gpu.begin(),
+                                      gpu.begin() + static_cast<std::ptrdiff_t>(count));
+    want0.resize(count);
+    want1.resize(count);
+    for (const StageDiff& d : diff_traces(cfg, cand, want0, want1)) {
+      Judgement::Row row{d.step,        d.layer, d.stage,           d.provided,
+                         d.result.pass, 0.0,     d.result.summary()};
+      if (!d.provided && partial) {
+        const std::string name = row.stage_path();
+        if (std::find(j.not_provided.begin(), j.not_provided.end(), name) == j.not_provided.end())
+          j.not_provided.push_back(name);
+        row.pass = false;
+        j.rows.push_back(std::move(row));
+        continue;
+      }
+      ++j.stages;
+      if (!d.result.pass) {
+        j.vacuous += d.result.vacuous ? 1 : 0;
+        fail(j, d.step, d.layer, d.stage,
+             d.where() + " (op " + std::string(stage_op(d.stage)) + "): " + d.result.summary());
+        j.rows.push_back(std::move(row));
+        continue;
+      }
+      // Quantized stages report quanta and top-k rows counts: only tolerance gates give a ratio.
+      const bool gated = d.stage != "topk" && !d.result.in_quanta;
+      const double ratio = gated && d.result.tol > 0 ? d.result.max_err / d.result.tol : 0.0;
+      row.ratio = ratio;
+      j.rows.push_back(std::move(row));
+      if (ratio > j.worst) j.worst = ratio, j.worst_where = d.where();
+    }
+  };
+  // Step s's sets cannot be followed: judging stops there, after the stages of the steps before
+  // it (a fault there, such as a stale cache entry, is named first, not the sets it spoilt).
+  const auto stop = [&](std::size_t s) {
+    Judgement sets;
+    std::swap(sets.failures, j.failures);
+    std::swap(sets.first_step, j.first_step);
+    std::swap(sets.first_layer, j.first_layer);
+    std::swap(sets.first_stage, j.first_stage);
+    judge_stages(s);
+    for (std::string& line : sets.failures)
+      fail(j, sets.first_step, sets.first_layer, sets.first_stage, std::move(line));
+    return j;
+  };
   const std::size_t n = std::min(steps.size(), gpu.size());
   for (std::size_t s = 0; s < n; ++s) {
     const StepInput& in = steps[s];
@@ -102,7 +148,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     }
     // The oracle follows the candidate's sets: invalid ones cannot be followed, so judging
     // stops here.
-    if (j.failures.size() > failures_before) return j;
+    if (j.failures.size() > failures_before) return stop(s);
     // ... and its fp8 cache codes, judged by the `c` stage itself (one quantum).
     // T1 rounds where the candidate's group does: each rank's o_proj partial, then their sum.
     const StepOptions follow = StepOptions::follow(cfg, gpu[s], /*cache_codes=*/true);
@@ -122,35 +168,9 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         topk_row(si, l, t, std::vector<int>(rows.row(t).data(), rows.row(t).data() + K),
                  t0.index_scores(l, in, want0.back().layers[l], t));
     }
-    if (j.failures.size() > failures_before) return j;
+    if (j.failures.size() > failures_before) return stop(s);
   }
-  const std::vector<StepTrace> cand(gpu.begin(), gpu.begin() + static_cast<std::ptrdiff_t>(n));
-  for (const StageDiff& d : diff_traces(cfg, cand, want0, want1)) {
-    Judgement::Row row{d.step,        d.layer, d.stage,           d.provided,
-                       d.result.pass, 0.0,     d.result.summary()};
-    if (!d.provided && partial) {
-      const std::string name = row.stage_path();
-      if (std::find(j.not_provided.begin(), j.not_provided.end(), name) == j.not_provided.end())
-        j.not_provided.push_back(name);
-      row.pass = false;
-      j.rows.push_back(std::move(row));
-      continue;
-    }
-    ++j.stages;
-    if (!d.result.pass) {
-      j.vacuous += d.result.vacuous ? 1 : 0;
-      fail(j, d.step, d.layer, d.stage,
-           d.where() + " (op " + std::string(stage_op(d.stage)) + "): " + d.result.summary());
-      j.rows.push_back(std::move(row));
-      continue;
-    }
-    // Quantized stages report quanta and top-k rows counts: only tolerance gates give a ratio.
-    const bool gated = d.stage != "topk" && !d.result.in_quanta;
-    const double ratio = gated && d.result.tol > 0 ? d.result.max_err / d.result.tol : 0.0;
-    row.ratio = ratio;
-    j.rows.push_back(std::move(row));
-    if (ratio > j.worst) j.worst = ratio, j.worst_where = d.where();
-  }
+  judge_stages(n);
   if (gpu.size() < steps.size())
     fail(j, static_cast<int>(n), -1, "steps",
          "step" + std::to_string(n) + ": not provided (the candidate has " +
