@@ -183,14 +183,19 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
     plans.push_back(all);
     for (const boundary::Plan& p : plans) {
       const std::string& plan = p.name;
-      gpu::StackOptions single, plain;
+      gpu::StackOptions single, plain, cuda_cores;
       single.overlap = false;
       plain.pdl = false;
       plain.topk_bins = false;
+      cuda_cores.index_mma = false;  // other bits (TESTING.md's bound): against eager's own
       const auto [one, forks_one, leads_one] = run(single, p);
       const auto [two, forks_two, leads_two] = run({}, p);
       const auto [other, forks_other, leads_other] = run(plain, p);
       ASSERT_EQ(one.size(), gc.steps.size());
+      EXPECT_EQ(first_difference(gc.cfg, std::get<0>(run(cuda_cores, plans.front())),
+                                 std::get<0>(run(cuda_cores, p))),
+                "")
+          << name << " under " << plan << " with index_mma off";
       EXPECT_EQ(first_difference(gc.cfg, one, two), "") << name << " under " << plan;
       EXPECT_EQ(first_difference(gc.cfg, other, two), "")
           << name << " under " << plan << ": pdl or topk_bins off moved bits";

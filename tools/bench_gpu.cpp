@@ -537,7 +537,12 @@ int run_memory(const Options& o) {
   std::vector<int> layer_counts = o.memory_layers;
   std::sort(layer_counts.begin(), layer_counts.end());
   std::vector<MemoryRun> runs;
-  for (int layers : layer_counts) runs.push_back(measure_memory(o, layers, out));
+  for (int layers : layer_counts) {
+    // Each count from a fresh context: the driver would hand the last count's freed graph
+    // pages to this count's graphs, and their deltas would read 0.
+    gpu::release_device_memory();
+    runs.push_back(measure_memory(o, layers, out));
+  }
   fmt::print(
       "needed: the static buffers, less the copy form's latent for a no-copy plan; graphs: the "
       "plan's instantiated graphs over the sizes (cudaMemGetInfo deltas, 2 MiB pages); total = "

@@ -74,6 +74,10 @@ std::size_t device_used_bytes() {
   return total - free;
 }
 
+void release_device_memory() {
+  detail::check(cudaDeviceReset(), "cudaDeviceReset");
+}
+
 double copy_bandwidth_gbs(std::size_t bytes, int repeats) {
   using detail::check;
   detail::DeviceBuffer<std::uint8_t> a(bytes), b(bytes);

@@ -41,7 +41,7 @@ constexpr int kGemvBatch = 4;
 template <class S, int R>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv(const S* x, int ldx, long long xs, const S* w, long long ws, S* y, int ldy, long long ys,
-         int n, int k, int ksplit, const int* written) {
+         int n, int k, int ksplit) {
   constexpr int V = 16 / sizeof(S);
   __shared__ float part[kGemvWarps][R][kGemvOuts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kGemvThreads)
     const int g = threadIdx.x / (R * kGemvOuts), r = threadIdx.x / kGemvOuts % R,
               o = threadIdx.x % kGemvOuts;
     const int out = (blockIdx.x * groups + g) * kGemvOuts + o;
-    if (out < n && (!written || r < *written)) {
+    if (out < n) {
       float s = 0.f;
       for (int qq = 0; qq < ksplit; ++qq) s += part[g * ksplit + qq][r][o];
       y[static_cast<long long>(r) * ldy + out] = st<S>(s);
@@ -121,21 +121,20 @@ static_assert(kGemvMaxRows == 4, "with_rows instantiates 1 .. 4 rows");
 
 template <class S>
 void launch_gemv(const Launch& go, const S* x, int ldx, long long xs, const S* w, long long ws,
-                 S* y, int ldy, long long ys, int batch, int rows, int n, int k, int sms,
-                 const int* written) {
+                 S* y, int ldy, long long ys, int batch, int rows, int n, int k, int sms) {
   const int ksplit = gemv_ksplit(n, k, sms, batch);
   const int per_block = kGemvOuts * (kGemvWarps / ksplit);
   const dim3 grid(static_cast<unsigned>((n + per_block - 1) / per_block),
                   static_cast<unsigned>(batch));
   with_rows(rows, [&](auto R) {
     go(gemv<S, decltype(R)::value>, grid, kGemvThreads, 0, x, ldx, xs, w, ws, y, ldy, ys, n, k,
-       ksplit, written);
+       ksplit);
   });
 }
 
 #define DSV32_INSTANTIATE(S)                                                                     \
   template void launch_gemv<S>(const Launch&, const S*, int, long long, const S*, long long, S*, \
-                               int, long long, int, int, int, int, int, const int*);
+                               int, long long, int, int, int, int, int);
 DSV32_INSTANTIATE(float)
 DSV32_INSTANTIATE(bf16)
 

@@ -23,12 +23,9 @@ inline bool gemv_fits(int rows, int n, const void* x, int ldx, const void* w, in
 }
 
 /// `batch` products y + b ys = S((x + b xs) (w + b ws)^T), each `rows` rows (row strides ldx,
-/// ldy) by n outputs over depth k, on a device of `sms` SMs. `written` (device, nullptr: all):
-/// only rows r < *written are stored (a device-driven uv_proj; a row's bits do not depend on
-/// the row count).
+/// ldy) by n outputs over depth k, on a device of `sms` SMs.
 template <class S>
 void launch_gemv(const Launch& go, const S* x, int ldx, long long xs, const S* w, long long ws,
-                 S* y, int ldy, long long ys, int batch, int rows, int n, int k, int sms,
-                 const int* written = nullptr);
+                 S* y, int ldy, long long ys, int batch, int rows, int n, int k, int sms);
 
 }  // namespace dsv32::gpu::k

@@ -23,9 +23,10 @@ struct Meta {
   const float* rope_cos;        // (positions, dr/2)
   const float* rope_sin;
   /// The device-driven (decode) variants of the H ops read these; nullptr in the host-driven
-  /// ones. live: [R, unused, seq_len of request 0 .. R-1]; a decode launch covers the capture
-  /// size's T rows and row t, request t's one new token, exits for t >= R. short_prefill: 1
-  /// when every context fits in K (the scores are skipped on the device).
+  /// ones. live: [R, short-prefill flag, seq_len of request 0 .. R-1]; a decode launch covers
+  /// the capture size's T rows and row t, request t's one new token, exits for t >= R.
+  /// short_prefill (live + 1 for the step's): 1 when every context fits in K (the scores are
+  /// skipped on the device).
   const int* live = nullptr;
   const int* short_prefill = nullptr;
 };

@@ -150,20 +150,6 @@ void launch_mqa_finish(const Launch& go, const Dims& d, const Meta& m, int rows,
   go(mqa_finish<S>, dim3(rows, d.H), 128, 0, d, m, acc, ml, olat, olat_trace, lse);
 }
 
-/// dst[t, :] = src[t, :] for the live rows t < rows (`n` values a row): uv_proj's rows
-/// [0, T_a) into its output in a device-driven launch.
-template <class S>
-__global__ void copy_rows(Meta m, const S* src, S* dst, int n) {
-  stream_order();
-  if (static_cast<int>(blockIdx.x) >= live_rows(m, blockIdx.x + 1)) return;
-  const long long at = static_cast<long long>(blockIdx.x) * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[at + i] = src[at + i];
-}
-
-template <class S>
-void launch_copy_rows(const Launch& go, const Meta& m, int rows, const S* src, S* dst, int n) {
-  go(copy_rows<S>, rows, 256, 0, m, src, dst, n);
-}
 void launch_spin(cudaStream_t stream, long long cycles) {
   spin<<<1, 1, 0, stream>>>(cycles);
 }
@@ -174,8 +160,7 @@ void launch_spin(cudaStream_t stream, long long cycles) {
   template void launch_mqa_softmax<S>(const Launch&, const Dims&, const Meta&, int, const int*,  \
                                       const float*, S*, float*);                                 \
   template void launch_mqa_finish<S>(const Launch&, const Dims&, const Meta&, int, const float*, \
-                                     const float*, S*, S*, float*);                              \
-  template void launch_copy_rows<S>(const Launch&, const Meta&, int, const S*, S*, int);
+                                     const float*, S*, S*, float*);
 DSV32_INSTANTIATE(float)
 DSV32_INSTANTIATE(bf16)
 

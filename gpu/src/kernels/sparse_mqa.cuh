@@ -22,9 +22,6 @@ void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows
 template <class S>
 void launch_mqa_finish(const Launch& go, const Dims& d, const Meta& m, int rows, const float* acc,
                        const float* ml, S* olat, S* olat_trace, float* lse);
-/// dst rows [0, R) = src's (n values a row), R = rows or, device-driven, the live rows.
-template <class S>
-void launch_copy_rows(const Launch& go, const Meta& m, int rows, const S* src, S* dst, int n);
 /// A busy wait of `cycles` clock cycles on `stream` (mutant unjoined-stream: a slow backend).
 void launch_spin(cudaStream_t stream, long long cycles);
 

@@ -46,14 +46,14 @@ void StackImpl<S>::indexer_topk(int l) {
 }
 
 /// Device-driven: scores over the whole cache's positions (a block loops over the chunks past
-/// the capped grid: about four blocks an SM), the live rows and the decision on the device.
+/// the capped grid: about 16 blocks an SM), the live rows and the decision on the device.
 template <class S>
 void StackImpl<S>::indexer_topk_device(int l) {
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
   const k::Meta m = meta();
   const k::Launch launch = go("indexer_topk", indexer_stream());
-  const int cap = std::max(1, (4 * sms_ + T_ - 1) / T_);
+  const int cap = std::max(1, 16 * sms_ / T_);
   k::launch_index_scores(launch, k::choose_index_scores(d, T_, max_len_, sms_, options.index_mma),
                          d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, T_,
                          max_len_, 0, cap);
@@ -124,15 +124,12 @@ void StackImpl<S>::uv_proj(int l) {
   LayerDev<S>& w = layers_[l];
   const int Ta = Ta_, H = cfg.num_heads, dv = cfg.v_head_dim;
   S* out = w.o->get();
-  if (device_ops_) {  // T rows computed, the live rows [0, R) stored
+  if (device_ops_) {  // all T rows into the output: a padded row's values are not read
     o_ptr_[l] = out;
-    const k::Meta m = meta();
-    if (uv_gemv(backend_olat_)) {
-      uv_small(l, T_, backend_olat_, out, stream_, "uv_proj", m.live);
-      return;
-    }
-    uv_gemm(l, backend_olat_, uv_rows_->get(), stream_, "uv_proj");
-    k::launch_copy_rows(go("uv_proj"), m, T_, uv_rows_->get(), out, H * dv);
+    if (uv_gemv(backend_olat_))
+      uv_small(l, T_, backend_olat_, out, stream_, "uv_proj");
+    else
+      uv_gemm(l, backend_olat_, out, stream_, "uv_proj");
     return;
   }
   if (mutant_ == Mutant::fresh_output) {  // a new buffer every call, handed on by pointer
@@ -184,12 +181,12 @@ const S* StackImpl<S>::w_uv(int l) const {
 
 /// `op`: uv_proj or uv_proj_static (errors and launch labels name it).
 template <class S>
-void StackImpl<S>::uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op,
-                            const int* written) {
+void StackImpl<S>::uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s,
+                            const char* op) {
   const k::Dims d = dims();
   k::launch_gemv(go(op, s), olat, d.H * d.L, d.L, w_uv(l),
                  static_cast<long long>(d.dn + d.dv) * d.L, out, d.H * d.dv, d.dv, d.H, rows, d.dv,
-                 d.L, sms_, written);
+                 d.L, sms_);
 }
 
 template <class S>

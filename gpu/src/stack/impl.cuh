@@ -136,9 +136,7 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   void o_proj(int l);
   bool uv_gemv(const S* olat) const;
   const S* w_uv(int l) const;
-  /// `written` (device, nullptr: all): only rows below *written stored (device-driven).
-  void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op,
-                const int* written = nullptr);
+  void uv_small(int l, int rows, const S* olat, S* out, cudaStream_t s, const char* op);
   void uv_gemm(int l, const S* olat, S* o, cudaStream_t s, const char* op);
 
   // streams.cu: the indexer's stream.

@@ -25,6 +25,12 @@ std::string device_summary();
 /// driver hands out memory in pages of 2 MiB, so a delta is a multiple of that.
 std::size_t device_used_bytes();
 
+/// Destroys this process's context on device 0 (cudaDeviceReset), returning every page it held:
+/// a memory benchmark that measures by cudaMemGetInfo deltas calls it between runs, as the
+/// driver keeps a freed graph's pages for the process's later graphs. Nothing of the process
+/// may use the device across it (no Stack alive).
+void release_device_memory();
+
 /// Device-to-device copy bandwidth in GB/s (bytes read plus bytes written per second), from
 /// `repeats` copies of `bytes` timed with CUDA events: the rate a bandwidth floor assumes.
 double copy_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30, int repeats = 10);
