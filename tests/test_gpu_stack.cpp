@@ -192,10 +192,11 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       const auto [two, forks_two, leads_two] = run({}, p);
       const auto [other, forks_other, leads_other] = run(plain, p);
       ASSERT_EQ(one.size(), gc.steps.size());
-      EXPECT_EQ(first_difference(gc.cfg, std::get<0>(run(cuda_cores, plans.front())),
-                                 std::get<0>(run(cuda_cores, p))),
-                "")
-          << name << " under " << plan << " with index_mma off";
+      if (!p.allow_host_capture)  // a plan that captures H ops on purpose is wrong by design
+        EXPECT_EQ(first_difference(gc.cfg, std::get<0>(run(cuda_cores, plans.front())),
+                                   std::get<0>(run(cuda_cores, p))),
+                  "")
+            << name << " under " << plan << " with index_mma off";
       EXPECT_EQ(first_difference(gc.cfg, one, two), "") << name << " under " << plan;
       EXPECT_EQ(first_difference(gc.cfg, other, two), "")
           << name << " under " << plan << ": pdl or topk_bins off moved bits";
