@@ -73,6 +73,9 @@ logged "$out/bench-gpu-per-op-decode.log" ./build/gpu/tools/dsv32 bench-gpu --pe
 logged "$out/bench-gpu-per-op-decode-one-stream.log" ./build/gpu/tools/dsv32 bench-gpu --per-op \
   --overlap off --per-op-presets dsv32 --per-op-tokens 1 2 4 8 --context 8192 --repeats 10 \
   --json "$out/bench-gpu-per-op-decode-one-stream.json"
+# Device memory per plan and dispatch mode (docs/GPU.md, "Device memory per plan").
+logged "$out/bench-gpu-memory.log" ./build/gpu/tools/dsv32 bench-gpu --memory \
+  --json "$out/bench-gpu-memory.json"
 logged "$out/bench-gpu-ablate.log" ./build/gpu/tools/dsv32 bench-gpu --ablate --preset dsv32 \
   --decode 1 --context 8192 --repeats 10 --json "$out/bench-gpu-ablate.json"
 grep -hE "tests passed|tests failed" "$out"/ctest-*.log
