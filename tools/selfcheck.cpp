@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "dsv32/boundary/plan.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "report.hpp"
