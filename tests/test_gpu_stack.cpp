@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -192,11 +193,12 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       const auto [two, forks_two, leads_two] = run({}, p);
       const auto [other, forks_other, leads_other] = run(plain, p);
       ASSERT_EQ(one.size(), gc.steps.size());
-      if (!p.allow_host_capture)  // a plan that captures H ops on purpose is wrong by design
+      if (!p.allow_host_capture) {  // a plan that captures H ops on purpose is wrong by design
         EXPECT_EQ(first_difference(gc.cfg, std::get<0>(run(cuda_cores, plans.front())),
                                    std::get<0>(run(cuda_cores, p))),
                   "")
             << name << " under " << plan << " with index_mma off";
+      }
       EXPECT_EQ(first_difference(gc.cfg, one, two), "") << name << " under " << plan;
       EXPECT_EQ(first_difference(gc.cfg, other, two), "")
           << name << " under " << plan << ": pdl or topk_bins off moved bits";
@@ -243,6 +245,28 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       }
     }
   }
+}
+
+TEST(GpuHostCosts, AModelledDispatchCostChangesNoBits) {
+  DSV32_REQUIRE_GPU();
+  // bench-gpu --dispatch-us spends host time before eager ops and graph launches; the steps
+  // must give the same bits as without, under a plan with eager ops, eager itself and the
+  // dispatch mode.
+  const golden::GoldenCase gc = golden::read(fixture("default"));
+  for (const char* name : {"eager", "narrow", "full-and-piecewise"}) {
+    const boundary::Plan plan = boundary::plan_preset(name, gc.cfg);
+    const auto run = [&](double op_us, double graph_us) {
+      gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
+      stack.set_host_costs(op_us, graph_us);
+      std::vector<StepTrace> out;
+      for (const StepInput& in : gc.steps) out.push_back(stack.run(plan, in));
+      return out;
+    };
+    EXPECT_EQ(first_difference(gc.cfg, run(0, 0), run(30, 10)), "") << name;
+  }
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 8);
+  EXPECT_THROW(stack.set_host_costs(-1, 0), std::invalid_argument);
+  EXPECT_THROW(stack.set_host_costs(0, std::nan("")), std::invalid_argument);
 }
 
 TEST(GpuMemory, TheCopyFormLatentIsEachLayersStaticLatent) {

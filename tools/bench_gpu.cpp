@@ -3,6 +3,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -41,6 +44,12 @@ struct Options {
   int memory_model_layers = 61;  // DeepSeek-V3.2's
   std::vector<double> memory_gpu_gib = {80, 141};
   double memory_utilization = 0.9;
+  // The what-if benchmark (--dispatch-us): a framework's host cost per eager op (a sweep) and
+  // per graph launch, at a model's depth.
+  std::vector<double> dispatch_us;
+  double graph_launch_us = 0;
+  int whatif_layers = 61;
+  int whatif_prefill = 512;
   // The stack's switches (gpu::StackOptions), for A/B runs; recorded in every JSON.
   bool pdl = true, overlap = true, index_mma = true, topk_bins = true;
 };
@@ -528,6 +537,133 @@ void memory_summary(const Options& o, const std::vector<MemoryRun>& runs, nlohma
   out["copy_vs_nocopy_full_and_piecewise"] = sj;
 }
 
+/// --preset with `layers` F layers and weights: one generated layer repeated (timing only; the
+/// values do not matter, and a model-deep stack's weights then take one layer's generation).
+std::pair<Config, Weights> deep_stack(const Options& o, int layers) {
+  Options one = o;
+  one.layers = 1;
+  const Weights w1 = Weights::generate(stack_config(one), 1);
+  one.layers = layers;
+  Weights w;
+  w.layers.assign(static_cast<std::size_t>(layers), w1.layers.front());
+  return {stack_config(one), std::move(w)};
+}
+
+/// The value x at which the piecewise-linear curve (xs, ys) first reaches y (ys rising through
+/// it), or NaN when it does not within the sweep.
+double crossing(const std::vector<double>& xs, const std::vector<double>& ys, double y) {
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    if (ys[i] < y) continue;
+    if (i == 0) return xs[0];
+    return xs[i - 1] + (y - ys[i - 1]) * (xs[i] - xs[i - 1]) / (ys[i] - ys[i - 1]);
+  }
+  return std::nan("");
+}
+
+/// What a boundary plan costs or saves for a framework whose eager ops cost host time: every
+/// plan (and full-and-piecewise with the copy form) timed at --whatif-layers layers for decode
+/// batches of --decode requests at --context and one --whatif-prefill-token prefill chunk,
+/// with the host spending each --dispatch-us value before every eager op and --graph-launch-us
+/// before every graph launch (Stack::set_host_costs); ratios to `wide` and `eager` from the same
+/// run, and where `narrow` over `wide` crosses 1.5x and 2x.
+int run_whatif(const Options& o) {
+  const auto [cfg, w] = deep_stack(o, o.whatif_layers);
+  const int max_batch = largest_batch(o);
+  const int blocks =
+      std::max(cache_blocks(cfg, o), (o.whatif_prefill + cfg.block_size - 1) / cfg.block_size);
+  const int max_tokens = std::max(max_batch, o.whatif_prefill);
+  fmt::print(
+      "bench-gpu --dispatch-us: {} ({} layers, one layer's weights repeated), context {}, "
+      "prefill chunk {} tokens, {} timed replays per cell, {}\n",
+      o.preset, o.whatif_layers, o.context, o.whatif_prefill, o.repeats, gpu::device_summary());
+  fmt::print(
+      "host cost: each --dispatch-us value before every eager op; {} us before every graph "
+      "launch\nstack options: {}\n",
+      o.graph_launch_us, options_text(o));
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  gpu::Stack stack(cfg, w, blocks, max_tokens, 0, nullptr, stack_options(o));
+  fmt::print(stderr, "  stack of {} layers built: {:.1f} s\n", o.whatif_layers, elapsed());
+  std::vector<std::string> plans = boundary::plan_names();
+  plans.push_back("full-and-piecewise:narrow-copy");
+  struct Case {
+    std::string name;
+    StepInput in;
+  };
+  std::vector<Case> cases;
+  for (int n : o.decode)
+    cases.push_back({fmt::format("decode T={}", n), decode_step(cfg, n, o.context, blocks)});
+  cases.push_back(
+      {fmt::format("prefill {}", o.whatif_prefill), chunk_step(cfg, o.whatif_prefill, 0, blocks)});
+  for (const Case& c : cases) stack.synthesize_context(c.in);
+  fmt::print(stderr, "  contexts synthesized: {:.1f} s\n", elapsed());
+  nlohmann::json out{{"options", options_json(o)},
+                     {"preset", o.preset},
+                     {"layers", o.whatif_layers},
+                     {"context", o.context},
+                     {"prefill", o.whatif_prefill},
+                     {"repeats", o.repeats},
+                     {"graph_launch_us", o.graph_launch_us},
+                     {"dispatch_us", o.dispatch_us},
+                     {"copy_form_latent_bytes", stack.copy_form_bytes()}};
+  // ms[plan][i]: the case's step at dispatch_us[i]. A case's table is printed (and flushed)
+  // when its cells are done, so a run cut short keeps what it measured.
+  int done = 0;
+  const int cells = static_cast<int>(o.dispatch_us.size() * cases.size() * plans.size());
+  for (const Case& c : cases) {
+    std::map<std::string, std::vector<double>> ms;
+    for (double us : o.dispatch_us) {
+      stack.set_host_costs(us, o.graph_launch_us);
+      for (const std::string& p : plans) {
+        ms[p].push_back(stack.time_step(boundary::plan_preset(p, cfg), c.in, o.repeats));
+        fmt::print(stderr, "  {}/{} cells: {}, {} us an eager op, {}: {:.3f} ms ({:.0f} s)\n",
+                   ++done, cells, c.name, us, p, ms[p].back(), elapsed());
+      }
+    }
+    stack.set_host_costs(0, 0);
+    fmt::print("\n{} (ms a step; x: wide's time over the plan's)\n{:>8}", c.name, "us/op");
+    for (const std::string& p : plans) fmt::print(" {:>16}", p.size() > 16 ? p.substr(0, 16) : p);
+    fmt::print("\n");
+    nlohmann::json cj{{"case", c.name}, {"T", c.in.capture_size}};
+    for (std::size_t i = 0; i < o.dispatch_us.size(); ++i) {
+      fmt::print("{:>8.1f}", o.dispatch_us[i]);
+      const double wide = ms["wide"][i], eager = ms["eager"][i];
+      nlohmann::json row{{"dispatch_us", o.dispatch_us[i]}};
+      for (const std::string& p : plans) {
+        const double t = ms[p][i];
+        fmt::print(" {:>8.3f} ({:4.2f}x)", t, wide / t);
+        row["ms"][p] = t;
+        row["vs_wide"][p] = wide / t;
+        row["vs_eager"][p] = eager / t;
+      }
+      fmt::print("\n");
+      cj["rows"].push_back(row);
+    }
+    std::vector<double> ratio;
+    for (std::size_t i = 0; i < o.dispatch_us.size(); ++i)
+      ratio.push_back(ms["wide"][i] / ms["narrow"][i]);
+    for (double y : {1.5, 2.0}) {
+      const double x = crossing(o.dispatch_us, ratio, y);
+      fmt::print("narrow over wide reaches {:.1f}x at {}\n", y,
+                 std::isnan(x) ? std::string("no cost of the sweep")
+                               : fmt::format("{:.1f} us an eager op", x));
+      cj["narrow_vs_wide_crossing_us"][fmt::format("{:.1f}", y)] =
+          std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x);
+    }
+    std::fflush(stdout);
+    out["cases"].push_back(cj);
+  }
+  fmt::print(
+      "\ncells: ms per step (x: wide's time over the plan's, in the same run and cost); copy "
+      "form's static latent {:.1f} MiB over the stack (docs/GPU.md, \"Device memory per plan\")\n",
+      static_cast<double>(stack.copy_form_bytes()) / (1024.0 * 1024.0));
+  if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
+  return kExitPass;
+}
+
 int run_memory(const Options& o) {
   nlohmann::json out;
   out["options"] = options_json(o);
@@ -555,10 +691,10 @@ int run_memory(const Options& o) {
 #endif
 
 int run(const Options& o) {
-  if (o.per_op + o.ablate + o.memory > 1) {
+  if (o.per_op + o.ablate + o.memory + !o.dispatch_us.empty() > 1) {
     fmt::print(stderr,
-               "dsv32 bench-gpu: --per-op, --ablate and --memory are different benchmarks; "
-               "give one\n");
+               "dsv32 bench-gpu: --per-op, --ablate, --memory and --dispatch-us are different "
+               "benchmarks; give one\n");
     return kExitUsage;
   }
 #if DSV32_HAVE_CUDA
@@ -569,6 +705,7 @@ int run(const Options& o) {
   if (o.per_op) return run_per_op(o);
   if (o.ablate) return run_ablate(o);
   if (o.memory) return run_memory(o);
+  if (!o.dispatch_us.empty()) return run_whatif(o);
   const Config cfg = stack_config(o);
   const Weights w = Weights::generate(cfg, 1);
   const int max_batch = largest_batch(o), blocks = cache_blocks(cfg, o);
@@ -670,6 +807,21 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
   sub->add_option("--memory-utilization", o->memory_utilization,
                   "vLLM's gpu_memory_utilization for --memory's comparison")
       ->check(CLI::Range(0.01, 0.99))
+      ->capture_default_str();
+  sub->add_option("--dispatch-us", o->dispatch_us,
+                  "What-if: a framework's host cost per eager op in us (a sweep, e.g. 0 5 10 20 "
+                  "40 80); times every plan at --whatif-layers layers (docs/PERFORMANCE.md)")
+      ->check(CLI::Range(0.0, 100000.0));
+  sub->add_option("--graph-launch-us", o->graph_launch_us,
+                  "What-if: the host cost of each graph launch in us")
+      ->check(CLI::Range(0.0, 100000.0))
+      ->capture_default_str();
+  sub->add_option("--whatif-layers", o->whatif_layers, "What-if: the stack's layers (all F)")
+      ->check(int_in(1, 256))
+      ->capture_default_str();
+  sub->add_option("--whatif-prefill", o->whatif_prefill,
+                  "What-if: tokens of the prefill chunk timed besides the --decode batches")
+      ->check(int_in(1, 8192))
       ->capture_default_str();
   sub->add_flag("--ablate", o->ablate,
                 "What each launch of one F layer of --preset costs the step: the layer timed "

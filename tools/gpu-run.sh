@@ -78,5 +78,11 @@ logged "$out/bench-gpu-memory.log" ./build/gpu/tools/dsv32 bench-gpu --memory \
   --json "$out/bench-gpu-memory.json"
 logged "$out/bench-gpu-ablate.log" ./build/gpu/tools/dsv32 bench-gpu --ablate --preset dsv32 \
   --decode 1 --context 8192 --repeats 10 --json "$out/bench-gpu-ablate.json"
+# The what-if benchmark (docs/PERFORMANCE.md, "What a boundary costs a framework"): every plan
+# at DeepSeek-V3.2's depth, the host spending each cost before every eager op.
+logged "$out/bench-gpu-whatif.log" ./build/gpu/tools/dsv32 bench-gpu --dispatch-us 0 5 10 20 40 80 \
+  --repeats 3 --json "$out/bench-gpu-whatif.json"
+# The figures (PNG) from this run's JSON, where python3-matplotlib can be had.
+logged "$out/plots.log" bash tools/plots.sh "$out"
 grep -hE "tests passed|tests failed" "$out"/ctest-*.log
 exit $status

@@ -167,13 +167,15 @@ std::vector<std::string> BreakableGraph::segment_labels() const {
   return out;
 }
 
-void BreakableGraph::replay() {
+void BreakableGraph::replay(const Op& before_launch) {
   if (!captured_) throw GraphError("replay before a completed capture");
   for (Segment& seg : segments_) {
-    if (seg.exec)
+    if (seg.exec) {
+      if (before_launch) before_launch();
       check(cudaGraphLaunch(seg.exec, stream_), ("replay graph segment " + seg.label).c_str());
-    else
+    } else {
       for (Op& op : seg.eager) op();
+    }
   }
 }
 

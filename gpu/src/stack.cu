@@ -85,6 +85,13 @@ std::vector<std::pair<std::string, double>> Stack::time_ops(const StepInput& in,
   return impl_->time_ops(in, repeats, graph, device_driven);
 }
 
+void Stack::set_host_costs(double eager_op_us, double graph_launch_us) {
+  if (!(eager_op_us >= 0) || !(graph_launch_us >= 0))
+    throw std::invalid_argument("set_host_costs: costs must be finite and >= 0");
+  impl_->op_cost_us = eager_op_us;
+  impl_->graph_cost_us = graph_launch_us;
+}
+
 void Stack::set_mutant(const std::string& name) {
   const detail::DeviceGuard on(impl_->device);
   impl_->set_mutant(name);

@@ -32,7 +32,7 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
       it = captures_.find({serving.record_signature(), T});
     }
     device_ops_ = serving.device_driven;  // for its eager ops
-    it->second->replay();
+    replay(*it->second);
   }
   check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
   if (side_) check(cudaStreamSynchronize(side_), "side stream");

@@ -44,6 +44,8 @@ struct Stack::Impl {
   Config cfg;
   StackOptions options;
   int device = 0;
+  // Stack::set_host_costs: us of host time before each eager op and each graph launch.
+  double op_cost_us = 0, graph_cost_us = 0;
 };
 
 namespace stack {
@@ -159,6 +161,10 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   Tensor download_stage(const StageInfo& stage, const Source& src);
 
   // timing.cu
+  /// Replays `g` with the modelled cost per graph launch (Stack::set_host_costs).
+  void replay(BreakableGraph& g);
+  /// The modelled host cost of one op run eagerly (none while a graph records).
+  void charge_op();
   struct Timing {
     double gpu, host;  // ms: the GPU's (CUDA events) and the host's in the launch loop
   };

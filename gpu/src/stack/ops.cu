@@ -20,6 +20,7 @@ k::Launch StackImpl<S>::go(const char* op, cudaStream_t s) {
 template <class S>
 void StackImpl<S>::run_op(int l, boundary::Op op) {
   using boundary::Op;
+  charge_op();
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
   const int T = T_, H = d.H, L = d.L, dq = d.dn + d.dr;

@@ -31,7 +31,28 @@ std::string demangled_label(const void* kernel) {
 
 constexpr int kTimingBatches = 3;
 
+/// Busy-waits `us` microseconds on the host (a framework's dispatch cost).
+void host_spin(double us) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 }  // namespace
+
+template <class S>
+void StackImpl<S>::replay(BreakableGraph& g) {
+  if (graph_cost_us > 0)
+    g.replay([us = graph_cost_us] { host_spin(us); });
+  else
+    g.replay();
+}
+
+template <class S>
+void StackImpl<S>::charge_op() {
+  if (op_cost_us > 0 && !graph_) host_spin(op_cost_us);
+}
 
 /// Milliseconds the work `launch` enqueues on the stack's stream takes on the GPU (CUDA events),
 /// and the host's milliseconds in `launch` itself (enqueuing, or blocked where the launch queue
@@ -86,7 +107,7 @@ double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, 
       run_layers(serving);
     } else {
       device_ops_ = serving.device_driven;
-      it->second->replay();
+      replay(*it->second);
     }
   };
   const Timing t = median_ms("time step", [&] {

@@ -77,7 +77,9 @@ class BreakableGraph {
   std::vector<std::string> segment_labels() const;
 
   /// Runs the segments in order on stream(); throws GraphError before a completed capture.
-  void replay();
+  /// `before_launch`, when given, runs on the host before each graph segment's launch (a
+  /// framework's cost per graph launch, modelled by `dsv32 bench-gpu --graph-launch-us`).
+  void replay(const Op& before_launch = {});
 
  private:
   struct Segment;

@@ -86,6 +86,12 @@ class Stack {
   /// forking, ahead of `q_b_proj` (where the plan keeps `norm_rope_cache` .. `indexer_topk` in
   /// one forked stretch: eagerly, or all six captured), counted as indexer_forks is.
   int indexer_leads() const;
+  /// Timing only (`dsv32 bench-gpu --dispatch-us`): a framework's host cost, modelled as a busy
+  /// wait of `eager_op_us` on the host before each op run eagerly (an `eager` step's ops, a
+  /// captured plan's eager ops at replay: a Python dispatcher's cost per op call) and of
+  /// `graph_launch_us` before each graph segment's launch at replay. 0 and 0 (the default)
+  /// model nothing. Results do not change; only the host's time does.
+  void set_host_costs(double eager_op_us, double graph_launch_us);
   /// Timing only (`dsv32 bench-gpu --ablate`): from now on the launches labelled `label` (as
   /// launch_labels names them) are not made; "" makes every launch again. Drops the captures
   /// held when the label changes (one recorded with a launch missing must not replay a full
