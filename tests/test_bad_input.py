@@ -16,6 +16,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checklist import check, failed  # noqa: E402
+
 try:
     import h5py
     import numpy as np
@@ -27,7 +30,6 @@ FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]
 TOOL = os.environ.get("DSV32_TOOL", "dsv32")
 shutil.rmtree(SCRATCH, ignore_errors=True)
 os.makedirs(SCRATCH)
-failed = []
 MEMORY = 4 << 30
 
 
@@ -51,12 +53,6 @@ def tool(*args, fsize=None, timeout=60):
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"") + (e.stderr or b"")
         return "timeout", out.decode(errors="replace")
-
-
-def check(name, cond, detail=""):
-    print(("ok   " if cond else "FAIL ") + name + ("" if cond else f": {detail}"), flush=True)
-    if not cond:
-        failed.append(name)
 
 
 def expect(name, result, rc, *words):

@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checklist import check, failed  # noqa: E402
+
 try:
     import matplotlib  # noqa: F401
 except ImportError as e:
@@ -17,13 +20,6 @@ except ImportError as e:
 DOCS, SCRATCH = sys.argv[1], sys.argv[2]
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "plot_bench.py")
 os.makedirs(SCRATCH, exist_ok=True)
-failed = []
-
-
-def check(name, cond, detail=""):
-    print(("ok   " if cond else "FAIL ") + name + ("" if cond else f": {detail}"))
-    if not cond:
-        failed.append(name)
 
 
 def plot(*args):

@@ -243,8 +243,7 @@ void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
                         op + "'");
     if (allow_host_capture) continue;
     for (const std::string& op : plan.ops(cfg, l))
-      if (is_host_op(op) && plan.at(l, op) == Placement::graph &&
-          !(plan.device_driven && op != "latent_copy"))
+      if (is_host_op(op) && plan.at(l, op) == Placement::graph && !plan.device_driven)
         throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": op '" + op +
                         "' depends on host metadata or a backend-owned buffer and has no "
                         "device-driven variant: it cannot be captured");

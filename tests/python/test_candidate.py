@@ -17,16 +17,11 @@ except ImportError as e:
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import dsv32  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklist import check, failed  # noqa: E402
 
 FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]
 os.makedirs(SCRATCH, exist_ok=True)
-failed = []
-
-
-def check(name, cond, detail=""):
-    print(("ok   " if cond else "FAIL ") + name + ("" if cond else f": {detail}"))
-    if not cond:
-        failed.append(name)
 
 
 def expected_steps(golden):

@@ -21,10 +21,11 @@ sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 sys.path.insert(0, os.path.join(here, "..", "..", "python", "examples"))
 import dsv32  # noqa: E402
 import numpy_layer  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklist import check, failed  # noqa: E402
 
 FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]
 os.makedirs(SCRATCH, exist_ok=True)
-failed = []
 
 
 def run(golden_path, defect=None):
@@ -34,12 +35,6 @@ def run(golden_path, defect=None):
     path = os.path.join(SCRATCH, name + ".h5")
     dsv32.write_candidate(path, [stack.step(s.inputs) for s in golden.steps])
     return dsv32.judge(path, golden_path)
-
-
-def check(name, cond, detail=""):
-    print(("ok   " if cond else "FAIL ") + name + ("" if cond else f": {detail}"))
-    if not cond:
-        failed.append(name)
 
 
 for path in sorted(glob.glob(os.path.join(FIXTURES, "*.h5"))):

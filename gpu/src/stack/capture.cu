@@ -15,10 +15,7 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
   if (static_cast<int>(in.requests.size()) > max_tokens_)
     throw ScenarioError("gpu stack: more requests than max_tokens");
   upload_step(in);
-  // A device-driven plan serves decode-only steps; its `mixed` plan every other step (mutant
-  // full-for-mixed: the full graph serves them all).
-  const boundary::Plan& serving =
-      mutant_ == Mutant::full_for_mixed && plan.device_driven ? plan : plan.serving(in);
+  const boundary::Plan& serving = serving_plan(plan, in);
   if (!serving.capture) {
     run_layers(serving);
   } else {
@@ -37,6 +34,14 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
   check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
   if (side_) check(cudaStreamSynchronize(side_), "side stream");
   return trace();
+}
+
+/// A device-driven plan serves decode-only steps, its `mixed` plan every other step (mutant
+/// full-for-mixed: the full graph serves them all).
+template <class S>
+const boundary::Plan& StackImpl<S>::serving_plan(const boundary::Plan& plan,
+                                                 const StepInput& in) const {
+  return mutant_ == Mutant::full_for_mixed && plan.device_driven ? plan : plan.serving(in);
 }
 
 /// A dispatch plan's two kinds of graph: its own, then its `mixed` plan's where that captures.

@@ -89,6 +89,8 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   // capture.cu
   StepTrace run(const boundary::Plan& plan, const StepInput& in, bool replay_only) override;
   CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) override;
+  /// The plan that runs step `in` under `plan` (Plan::serving, and the mutant full-for-mixed).
+  const boundary::Plan& serving_plan(const boundary::Plan& plan, const StepInput& in) const;
   /// One plan's graph at capture size T (capture: a dispatch plan's two).
   CaptureInfo capture_one(const boundary::Plan& plan, int T, bool allow_host_capture);
   void set_mutant(const std::string& name) override;

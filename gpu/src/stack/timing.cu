@@ -100,7 +100,7 @@ typename StackImpl<S>::Timing StackImpl<S>::median_ms(const char* what, F&& laun
 template <class S>
 double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   run(plan, in, false);  // warm-up; captures on first use
-  const boundary::Plan& serving = plan.serving(in);
+  const boundary::Plan& serving = serving_plan(plan, in);
   const auto it = captures_.find({serving.record_signature(), in.capture_size});
   const auto step = [&] {
     if (!serving.capture) {
