@@ -1,9 +1,7 @@
-"""tools/plot_bench.py makes every figure from the committed benchmark JSON (docs/; the what-if
-figure from a file in its schema), each a PNG of plausible size, and refuses a JSON of another
-mode by naming the missing key.
+"""tools/plot_bench.py makes every figure from the committed benchmark JSON (docs/), each a PNG
+of plausible size, and refuses a JSON of another mode by naming the missing key.
 
 usage: test_plots.py DOCS_DIR SCRATCH_DIR   (exit 77, a ctest skip, without matplotlib)"""
-import json
 import os
 import subprocess
 import sys
@@ -27,16 +25,8 @@ def plot(*args):
                           capture_output=True, text=True)
 
 
-# The what-if figure from a file in bench-gpu --dispatch-us's schema (docs/ has no H200 run of
-# it yet): two batches, three costs, two plans.
-whatif = os.path.join(SCRATCH, "whatif-input.json")
-with open(whatif, "w") as f:
-    json.dump({"preset": "dsv32-tp4", "layers": 61, "context": 4096, "graph_launch_us": 0,
-               "cases": [{"case": c, "rows": [{"dispatch_us": us,
-                                               "ms": {"wide": 1 + us / k, "narrow": 1 + us / (2 * k)}}
-                                              for us in (0, 10, 20)]}
-                         for c, k in (("decode T=1", 10.0), ("prefill 512", 40.0))]}, f)
-inputs = {"whatif": whatif, "per-op": os.path.join(DOCS, "bench-gpu-per-op-decode.json"),
+inputs = {"whatif": os.path.join(DOCS, "bench-gpu-whatif.json"),
+          "per-op": os.path.join(DOCS, "bench-gpu-per-op-decode.json"),
           "memory": os.path.join(DOCS, "bench-gpu-memory.json")}
 for flag, path in inputs.items():
     name = os.path.basename(path)

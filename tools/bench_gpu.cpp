@@ -52,7 +52,10 @@ struct Options {
   // GB on the host), and a step's time and its host costs both grow by the layer, so the ratios
   // hold at any depth past a few layers; --whatif-layers 61 runs the model's.
   int whatif_layers = 16;
-  int whatif_prefill = 512;
+  int whatif_rounds = 3;
+  // Prefill chunks: 512 tokens (GPU-bound here) and a short one whose layer takes about as long
+  // on the GPU as a framework's host costs do (a short prompt's TTFT).
+  std::vector<int> whatif_prefill = {64, 512};
   // The stack's switches (gpu::StackOptions), for A/B runs; recorded in every JSON.
   bool pdl = true, overlap = true, index_mma = true, topk_bins = true;
 };
@@ -572,13 +575,18 @@ double crossing(const std::vector<double>& xs, const std::vector<double>& ys, do
 int run_whatif(const Options& o) {
   const auto [cfg, w] = deep_stack(o, o.whatif_layers);
   const int max_batch = largest_batch(o);
+  const int longest = *std::max_element(o.whatif_prefill.begin(), o.whatif_prefill.end());
   const int blocks =
-      std::max(cache_blocks(cfg, o), (o.whatif_prefill + cfg.block_size - 1) / cfg.block_size);
-  const int max_tokens = std::max(max_batch, o.whatif_prefill);
+      std::max(cache_blocks(cfg, o), (longest + cfg.block_size - 1) / cfg.block_size);
+  const int max_tokens = std::max(max_batch, longest);
+  std::string chunks;
+  for (int n : o.whatif_prefill) chunks += (chunks.empty() ? "" : ", ") + std::to_string(n);
   fmt::print(
       "bench-gpu --dispatch-us: {} ({} layers, one layer's weights repeated), context {}, "
-      "prefill chunk {} tokens, {} timed replays per cell, {}\n",
-      o.preset, o.whatif_layers, o.context, o.whatif_prefill, o.repeats, gpu::device_summary());
+      "prefill chunks of {} tokens, {} timed replays per cell and round, a cell the median of "
+      "{} interleaved rounds, {}\n",
+      o.preset, o.whatif_layers, o.context, chunks, o.repeats, o.whatif_rounds,
+      gpu::device_summary());
   fmt::print(
       "host cost: each --dispatch-us value before every eager op; {} us before every graph "
       "launch\nstack options: {}\n",
@@ -599,34 +607,56 @@ int run_whatif(const Options& o) {
   std::vector<Case> cases;
   for (int n : o.decode)
     cases.push_back({fmt::format("decode T={}", n), decode_step(cfg, n, o.context, blocks)});
-  cases.push_back(
-      {fmt::format("prefill {}", o.whatif_prefill), chunk_step(cfg, o.whatif_prefill, 0, blocks)});
+  for (int n : o.whatif_prefill)
+    cases.push_back({fmt::format("prefill {}", n), chunk_step(cfg, n, 0, blocks)});
   for (const Case& c : cases) stack.synthesize_context(c.in);
-  fmt::print(stderr, "  contexts synthesized: {:.1f} s\n", elapsed());
+  // Untimed, every cell once: the graphs captured and the GPU's clocks up before the first
+  // timed cell (the first cell of a cold GPU read ~30% slow).
+  for (const Case& c : cases)
+    for (const std::string& p : plans) stack.time_step(boundary::plan_preset(p, cfg), c.in, 1);
+  fmt::print(stderr, "  contexts synthesized, every cell warmed up once: {:.1f} s\n", elapsed());
   nlohmann::json out{{"options", options_json(o)},
                      {"preset", o.preset},
                      {"layers", o.whatif_layers},
                      {"context", o.context},
                      {"prefill", o.whatif_prefill},
                      {"repeats", o.repeats},
+                     {"rounds", o.whatif_rounds},
                      {"graph_launch_us", o.graph_launch_us},
                      {"dispatch_us", o.dispatch_us},
+                     {"plans", plans},
                      {"copy_form_latent_bytes", stack.copy_form_bytes()}};
   // ms[plan][i]: the case's step at dispatch_us[i]. A case's table is printed (and flushed)
   // when its cells are done, so a run cut short keeps what it measured.
+  // The copy form against no-copy, each pair (copy plan, no-copy plan) per case and cost.
+  const std::vector<std::pair<std::string, std::string>> copy_pairs = {
+      {"narrow-copy", "narrow"}, {"full-and-piecewise:narrow-copy", "full-and-piecewise"}};
+  std::vector<std::pair<std::string, std::vector<std::vector<double>>>> copy_rows;
   int done = 0;
-  const int cells = static_cast<int>(o.dispatch_us.size() * cases.size() * plans.size());
+  const std::size_t costs = o.dispatch_us.size();
+  const int cells = static_cast<int>(costs * cases.size() * plans.size()) * o.whatif_rounds;
   for (const Case& c : cases) {
-    std::map<std::string, std::vector<double>> ms;
-    for (double us : o.dispatch_us) {
-      stack.set_host_costs(us, o.graph_launch_us);
-      for (const std::string& p : plans) {
-        ms[p].push_back(stack.time_step(boundary::plan_preset(p, cfg), c.in, o.repeats));
-        fmt::print(stderr, "  {}/{} cells: {}, {} us an eager op, {}: {:.3f} ms ({:.0f} s)\n",
-                   ++done, cells, c.name, us, p, ms[p].back(), elapsed());
+    // Each round times every cell of the case once; a cell's time is its rounds' median (where
+    // the host's cost is near the GPU's time, one timing can land on either side of the race).
+    std::map<std::string, std::vector<std::vector<double>>> rounds;
+    for (const std::string& p : plans) rounds[p].assign(costs, {});
+    for (int r = 0; r < o.whatif_rounds; ++r)
+      for (std::size_t i = 0; i < costs; ++i) {
+        stack.set_host_costs(o.dispatch_us[i], o.graph_launch_us);
+        for (const std::string& p : plans) {
+          rounds[p][i].push_back(stack.time_step(boundary::plan_preset(p, cfg), c.in, o.repeats));
+          fmt::print(
+              stderr, "  {}/{} cells: {}, round {}, {} us an eager op, {}: {:.3f} ms ({:.0f} s)\n",
+              ++done, cells, c.name, r + 1, o.dispatch_us[i], p, rounds[p][i].back(), elapsed());
+        }
       }
-    }
     stack.set_host_costs(0, 0);
+    std::map<std::string, std::vector<double>> ms;
+    for (auto& [p, per_cost] : rounds)
+      for (std::vector<double>& v : per_cost) {
+        std::sort(v.begin(), v.end());
+        ms[p].push_back(v[v.size() / 2]);
+      }
     fmt::print("\n{} (ms a step; x: wide's time over the plan's)\n{:>8}", c.name, "us/op");
     for (const std::string& p : plans) fmt::print(" {:>16}", p.size() > 16 ? p.substr(0, 16) : p);
     fmt::print("\n");
@@ -639,6 +669,7 @@ int run_whatif(const Options& o) {
         const double t = ms[p][i];
         fmt::print(" {:>8.3f} ({:4.2f}x)", t, wide / t);
         row["ms"][p] = t;
+        row["ms_rounds"][p] = rounds[p][i];
         row["vs_wide"][p] = wide / t;
         row["vs_eager"][p] = eager / t;
       }
@@ -656,9 +687,30 @@ int run_whatif(const Options& o) {
       cj["narrow_vs_wide_crossing_us"][fmt::format("{:.1f}", y)] =
           std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x);
     }
+    std::vector<std::vector<double>> rel;
+    for (const auto& [copy, nocopy] : copy_pairs) {
+      std::vector<double> r;
+      for (std::size_t i = 0; i < o.dispatch_us.size(); ++i)
+        r.push_back(ms[copy][i] / ms[nocopy][i]);
+      cj["copy_vs_nocopy"][copy + " / " + nocopy] = r;
+      rel.push_back(std::move(r));
+    }
+    copy_rows.emplace_back(c.name, std::move(rel));
     std::fflush(stdout);
     out["cases"].push_back(cj);
   }
+  fmt::print(
+      "\ncopy form vs no-copy: the copy plan's step time over the no-copy plan's, -1 (%; "
+      "negative: the copy form is faster)\n{:>44}",
+      "us/op");
+  for (double us : o.dispatch_us) fmt::print(" {:>7.1f}", us);
+  fmt::print("\n");
+  for (const auto& [name, rel] : copy_rows)
+    for (std::size_t k = 0; k < copy_pairs.size(); ++k) {
+      fmt::print("{:>12} {:>31}", name, copy_pairs[k].first);
+      for (double r : rel[k]) fmt::print(" {:>+7.2f}", 100 * (r - 1));
+      fmt::print("\n");
+    }
   fmt::print(
       "\ncells: ms per step (x: wide's time over the plan's, in the same run and cost); copy "
       "form's static latent {:.1f} MiB over the stack (docs/GPU.md, \"Device memory per plan\")\n",
@@ -822,8 +874,12 @@ void add_bench_gpu(CLI::App& app, int& exit_code) {
   sub->add_option("--whatif-layers", o->whatif_layers, "What-if: the stack's layers (all F)")
       ->check(int_in(1, 256))
       ->capture_default_str();
+  sub->add_option("--whatif-rounds", o->whatif_rounds,
+                  "What-if: times each cell is timed (interleaved); a cell reports the median")
+      ->check(int_in(1, 101))
+      ->capture_default_str();
   sub->add_option("--whatif-prefill", o->whatif_prefill,
-                  "What-if: tokens of the prefill chunk timed besides the --decode batches")
+                  "What-if: prefill chunks (tokens) timed besides the --decode batches")
       ->check(int_in(1, 8192))
       ->capture_default_str();
   sub->add_flag("--ablate", o->ablate,

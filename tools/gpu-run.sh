@@ -79,9 +79,13 @@ logged "$out/bench-gpu-memory.log" ./build/gpu/tools/dsv32 bench-gpu --memory \
 logged "$out/bench-gpu-ablate.log" ./build/gpu/tools/dsv32 bench-gpu --ablate --preset dsv32 \
   --decode 1 --context 8192 --repeats 10 --json "$out/bench-gpu-ablate.json"
 # The what-if benchmark (docs/PERFORMANCE.md, "What a boundary costs a framework"): every plan
-# at DeepSeek-V3.2's depth, the host spending each cost before every eager op.
-logged "$out/bench-gpu-whatif.log" ./build/gpu/tools/dsv32 bench-gpu --dispatch-us 0 5 10 20 40 80 \
-  --repeats 3 --json "$out/bench-gpu-whatif.json"
+# at 16 layers, the host spending each cost before every eager op (and, in the second sweep,
+# 10 us before every graph launch too).
+logged "$out/bench-gpu-whatif.log" ./build/gpu/tools/dsv32 bench-gpu \
+  --dispatch-us 0 5 10 15 20 30 40 60 80 --repeats 5 --json "$out/bench-gpu-whatif.json"
+logged "$out/bench-gpu-whatif-graph10.log" ./build/gpu/tools/dsv32 bench-gpu \
+  --dispatch-us 0 5 10 15 20 30 40 60 80 --graph-launch-us 10 --repeats 5 \
+  --json "$out/bench-gpu-whatif-graph10.json"
 # The figures (PNG) from this run's JSON, where python3-matplotlib can be had.
 logged "$out/plots.log" bash tools/plots.sh "$out"
 grep -hE "tests passed|tests failed" "$out"/ctest-*.log

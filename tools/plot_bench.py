@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter  # noqa: E402
 
 plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.get_cmap("tab20").colors)
 
@@ -42,17 +43,34 @@ def need(obj, key, where):
 def whatif(path, out):
     j = load(path, "--dispatch-us")
     cases = need(j, "cases", path)
-    fig, axes = plt.subplots(1, len(cases), figsize=(4.2 * len(cases), 4.2), squeeze=False)
-    for ax, case in zip(axes[0], cases):
+    cols = min(3, len(cases))
+    rows_n = (len(cases) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.4 * cols, 3.9 * rows_n), squeeze=False)
+    spare = list(axes.flat[len(cases):])
+    for ax in spare:
+        ax.axis("off")
+    for ax, case in zip(axes.flat, cases):
         rows = need(case, "rows", path)
         xs = [r["dispatch_us"] for r in rows]
-        for plan in rows[0]["ms"]:
+        plans = j.get("plans", list(rows[0]["ms"]))
+        for plan in plans:
             ax.plot(xs, [r["ms"][plan] for r in rows], marker="o", ms=3, label=plan)
         ax.set_title(case["case"])
         ax.set_xlabel("host cost of an eager op (us)")
-        ax.set_ylabel("ms a step")
+        times = [t for r in rows for t in r["ms"].values()]
+        if max(times) > 3 * min(times):  # log where the plans differ by multiples
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+            ax.tick_params(axis="y", which="minor", labelsize=7)
+            ax.set_ylabel("ms a step (log)")
+        else:
+            ax.set_ylabel("ms a step")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+    if spare:  # the legend in the first empty panel, clear of the curves
+        spare[0].legend(*axes[0][0].get_legend_handles_labels(), loc="center", fontsize=9)
+    else:
+        axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{j['preset']}, {j['layers']} layers, context {j['context']}: step time per "
                  f"plan against a framework's dispatch cost (graph launch {j['graph_launch_us']} us)",
                  fontsize=9)

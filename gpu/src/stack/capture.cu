@@ -6,6 +6,12 @@ namespace dsv32::gpu::stack {
 
 template <class S>
 StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, bool replay_only) {
+  step(plan, in, replay_only);
+  return trace();
+}
+
+template <class S>
+void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool replay_only) {
   const int T = in.capture_size;
   if (T > max_tokens_)
     throw std::invalid_argument("gpu stack: capture size " + std::to_string(T) +
@@ -33,7 +39,6 @@ StepTrace StackImpl<S>::run(const boundary::Plan& plan, const StepInput& in, boo
   }
   check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
   if (side_) check(cudaStreamSynchronize(side_), "side stream");
-  return trace();
 }
 
 /// A device-driven plan serves decode-only steps, its `mixed` plan every other step (mutant

@@ -99,7 +99,7 @@ typename StackImpl<S>::Timing StackImpl<S>::median_ms(const char* what, F&& laun
 
 template <class S>
 double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
-  run(plan, in, false);  // warm-up; captures on first use
+  step(plan, in, false);  // warm-up; captures on first use
   const boundary::Plan& serving = serving_plan(plan, in);
   const auto it = captures_.find({serving.record_signature(), in.capture_size});
   const auto step = [&] {
@@ -123,7 +123,7 @@ std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInp
   if (device_driven && !boundary::decode_only(in))
     throw boundary::PlanError("time_ops: the device-driven variants serve decode-only steps");
   const boundary::Plan eager = boundary::plan_preset("eager", cfg);
-  run(eager, in, false);
+  step(eager, in, false);
   upload_step(in);
   device_ops_ = device_driven;
   std::vector<std::string> ops = eager.ops(cfg, 0);
