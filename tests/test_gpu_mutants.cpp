@@ -83,7 +83,7 @@ TEST_P(MutantCaught, TheSuiteFailsAndBisectNamesTheOp) {
   // The suite's checks, as the plan tests run them, on the mutated build.
   const boundary::Plan plan =
       boundary::mutate_plan(boundary::plan_preset(e.plan, gc.cfg), e.mutant);
-  const std::string stack_mutant = boundary::is_plan_mutant(e.mutant) ? "" : e.mutant;
+  const std::string stack_mutant = boundary::stack_switch(e.mutant);
   const auto run = [&](const boundary::Plan& p) {
     return gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps, p, stack_mutant);
   };

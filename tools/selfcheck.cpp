@@ -84,7 +84,7 @@ Verdict goldens(const Options& o) {
 /// Every plan on the GPU: bitwise equal to `eager`, and `eager` within the oracle's gates.
 void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vector<Verdict>& rows) {
   const auto w = std::make_shared<const Weights>(gc.weights);
-  const std::string stack_mutant = boundary::is_plan_mutant(mutant) ? "" : mutant;
+  const std::string stack_mutant = boundary::stack_switch(mutant);
   const std::vector<StepTrace> eager =
       gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
                      boundary::plan_preset("eager", gc.cfg), stack_mutant);

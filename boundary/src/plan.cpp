@@ -153,6 +153,10 @@ bool is_plan_mutant(std::string_view mutant) {
   return mutant == "capture-host-op" || mutant == "uv-captured-nocopy";
 }
 
+std::string stack_switch(std::string_view mutant) {
+  return is_plan_mutant(mutant) ? std::string() : std::string(mutant);
+}
+
 StackMutant stack_mutant(std::string_view name) {
   static const std::pair<const char*, StackMutant> kStack[] = {
       {"fresh-output", StackMutant::fresh_output},

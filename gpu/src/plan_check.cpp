@@ -29,7 +29,7 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
       got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);
     } else {
       Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
-      if (!plan_mutant) stack.set_mutant(mutant);
+      stack.set_mutant(boundary::stack_switch(mutant));
       if (plan.capture && !steps.empty())
         c.structure = stack.capture(plan, steps.front().capture_size).structure;
       for (const StepInput& in : steps) got.push_back(stack.run(plan, in));

@@ -34,7 +34,7 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
                     const std::string& mutant, const PlanRunner& run_plan,
                     const std::function<void(const std::string&)>& progress) {
   const boundary::Plan target = mutant.empty() ? plan : boundary::mutate_plan(plan, mutant);
-  const std::string stack_mutant = boundary::is_plan_mutant(mutant) ? "" : mutant;
+  const std::string stack_mutant = boundary::stack_switch(mutant);
   BisectReport rep;
   const auto run = [&](const boundary::Plan& p, const std::string& what) {
     std::vector<StepTrace> out = run_plan(p, stack_mutant);

@@ -104,6 +104,9 @@ Plan full_and_piecewise(const Config& cfg, std::string_view piecewise);
 /// GPU stack (`Stack::set_mutant`).
 const std::vector<std::string>& mutant_names();
 bool is_plan_mutant(std::string_view mutant);
+/// What `Stack::set_mutant` takes for `mutant`: "" for a plan mutant (mutate_plan carries it),
+/// else the name itself.
+std::string stack_switch(std::string_view mutant);
 /// The stack mutants of mutant_names() as a type; `none` runs the stack as it should.
 enum class StackMutant {
   none,
