@@ -22,9 +22,8 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
     throw ScenarioError("gpu stack: more requests than max_tokens");
   upload_step(in);
   const boundary::Plan& serving = serving_plan(plan, in);
-  if (!serving.capture) {
-    run_layers(serving);
-  } else {
+  BreakableGraph* graph = nullptr;
+  if (serving.capture) {
     auto it = captures_.find({serving.record_signature(), T});
     if (it == captures_.end()) {
       if (replay_only)
@@ -34,11 +33,21 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
       upload_step(in);  // capture ran its eager ops on empty metadata
       it = captures_.find({serving.record_signature(), T});
     }
-    device_ops_ = serving.device_driven;  // for its eager ops
-    replay(*it->second);
+    graph = it->second.get();
   }
+  launch(serving, graph);
   check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
   if (side_) check(cudaStreamSynchronize(side_), "side stream");
+}
+
+template <class S>
+void StackImpl<S>::launch(const boundary::Plan& serving, BreakableGraph* graph) {
+  if (!graph) {
+    run_layers(serving);
+    return;
+  }
+  device_ops_ = serving.device_driven;  // for its eager ops
+  replay(*graph);
 }
 
 /// A device-driven plan serves decode-only steps, its `mixed` plan every other step (mutant

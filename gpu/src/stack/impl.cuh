@@ -90,6 +90,9 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   StepTrace run(const boundary::Plan& plan, const StepInput& in, bool replay_only) override;
   /// run without the trace: the step, captured on first use, joined (time_step's warm-up).
   void step(const boundary::Plan& plan, const StepInput& in, bool replay_only);
+  /// The serving plan's step enqueued, not joined: its layers run eagerly (graph null: a plan
+  /// that captures nothing) or `graph`, its capture at this size, replayed.
+  void launch(const boundary::Plan& serving, BreakableGraph* graph);
   CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) override;
   /// The plan that runs step `in` under `plan` (Plan::serving, and the mutant full-for-mixed).
   const boundary::Plan& serving_plan(const boundary::Plan& plan, const StepInput& in) const;

@@ -101,17 +101,10 @@ template <class S>
 double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   step(plan, in, false);  // warm-up; captures on first use
   const boundary::Plan& serving = serving_plan(plan, in);
-  const auto it = captures_.find({serving.record_signature(), in.capture_size});
-  const auto step = [&] {
-    if (!serving.capture) {
-      run_layers(serving);
-    } else {
-      device_ops_ = serving.device_driven;
-      replay(*it->second);
-    }
-  };
+  BreakableGraph* graph =
+      serving.capture ? captures_.at({serving.record_signature(), in.capture_size}).get() : nullptr;
   const Timing t = median_ms("time step", [&] {
-    for (int i = 0; i < repeats; ++i) step();
+    for (int i = 0; i < repeats; ++i) launch(serving, graph);
   });
   host_step_ms_ = t.host / repeats;
   return t.gpu / repeats;
