@@ -1,6 +1,7 @@
 // `dsv32 bench-gpu`: step time of every plan side by side (CUDA events over replays) on decode
 // batches at a long synthesized context, with each plan's ratio to `eager` in the same run.
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -568,10 +569,11 @@ double crossing(const std::vector<double>& xs, const std::vector<double>& ys, do
 
 /// What a boundary plan costs or saves for a framework whose eager ops cost host time: every
 /// plan (and full-and-piecewise with the copy form) timed at --whatif-layers layers for decode
-/// batches of --decode requests at --context and one --whatif-prefill-token prefill chunk,
-/// with the host spending each --dispatch-us value before every eager op and --graph-launch-us
-/// before every graph launch (Stack::set_host_costs); ratios to `wide` and `eager` from the same
-/// run, and where `narrow` over `wide` crosses 1.5x and 2x.
+/// batches of --decode requests at --context and a prefill chunk of each --whatif-prefill size,
+/// in --whatif-rounds interleaved rounds (a cell their median), with the host spending each
+/// --dispatch-us value before every eager op and --graph-launch-us before every graph launch
+/// (Stack::set_host_costs); ratios to `wide` and `eager` from the same run, and where `narrow` over
+/// `wide` crosses 1.5x and 2x.
 int run_whatif(const Options& o) {
   const auto [cfg, w] = deep_stack(o, o.whatif_layers);
   const int max_batch = largest_batch(o);
@@ -579,14 +581,12 @@ int run_whatif(const Options& o) {
   const int blocks =
       std::max(cache_blocks(cfg, o), (longest + cfg.block_size - 1) / cfg.block_size);
   const int max_tokens = std::max(max_batch, longest);
-  std::string chunks;
-  for (int n : o.whatif_prefill) chunks += (chunks.empty() ? "" : ", ") + std::to_string(n);
   fmt::print(
       "bench-gpu --dispatch-us: {} ({} layers, one layer's weights repeated), context {}, "
       "prefill chunks of {} tokens, {} timed replays per cell and round, a cell the median of "
       "{} interleaved rounds, {}\n",
-      o.preset, o.whatif_layers, o.context, chunks, o.repeats, o.whatif_rounds,
-      gpu::device_summary());
+      o.preset, o.whatif_layers, o.context, fmt::join(o.whatif_prefill, ", "), o.repeats,
+      o.whatif_rounds, gpu::device_summary());
   fmt::print(
       "host cost: each --dispatch-us value before every eager op; {} us before every graph "
       "launch\nstack options: {}\n",
@@ -600,6 +600,8 @@ int run_whatif(const Options& o) {
   fmt::print(stderr, "  stack of {} layers built: {:.1f} s\n", o.whatif_layers, elapsed());
   std::vector<std::string> plans = boundary::plan_names();
   plans.push_back("full-and-piecewise:narrow-copy");
+  std::map<std::string, boundary::Plan> plan_of;
+  for (const std::string& p : plans) plan_of.emplace(p, boundary::plan_preset(p, cfg));
   struct Case {
     std::string name;
     StepInput in;
@@ -613,7 +615,7 @@ int run_whatif(const Options& o) {
   // Untimed, every cell once: the graphs captured and the GPU's clocks up before the first
   // timed cell (the first cell of a cold GPU read ~30% slow).
   for (const Case& c : cases)
-    for (const std::string& p : plans) stack.time_step(boundary::plan_preset(p, cfg), c.in, 1);
+    for (const std::string& p : plans) stack.time_step(plan_of.at(p), c.in, 1);
   fmt::print(stderr, "  contexts synthesized, every cell warmed up once: {:.1f} s\n", elapsed());
   nlohmann::json out{{"options", options_json(o)},
                      {"preset", o.preset},
@@ -626,8 +628,6 @@ int run_whatif(const Options& o) {
                      {"dispatch_us", o.dispatch_us},
                      {"plans", plans},
                      {"copy_form_latent_bytes", stack.copy_form_bytes()}};
-  // ms[plan][i]: the case's step at dispatch_us[i]. A case's table is printed (and flushed)
-  // when its cells are done, so a run cut short keeps what it measured.
   // The copy form against no-copy, each pair (copy plan, no-copy plan) per case and cost.
   const std::vector<std::pair<std::string, std::string>> copy_pairs = {
       {"narrow-copy", "narrow"}, {"full-and-piecewise:narrow-copy", "full-and-piecewise"}};
@@ -638,13 +638,16 @@ int run_whatif(const Options& o) {
   for (const Case& c : cases) {
     // Each round times every cell of the case once; a cell's time is its rounds' median (where
     // the host's cost is near the GPU's time, one timing can land on either side of the race).
+    // rounds[plan][i]: the case's step at dispatch_us[i] in each round, in round order; ms:
+    // their medians. A case's table is printed (and flushed) when its cells are done, so a run
+    // cut short keeps what it measured.
     std::map<std::string, std::vector<std::vector<double>>> rounds;
     for (const std::string& p : plans) rounds[p].assign(costs, {});
     for (int r = 0; r < o.whatif_rounds; ++r)
       for (std::size_t i = 0; i < costs; ++i) {
         stack.set_host_costs(o.dispatch_us[i], o.graph_launch_us);
         for (const std::string& p : plans) {
-          rounds[p][i].push_back(stack.time_step(boundary::plan_preset(p, cfg), c.in, o.repeats));
+          rounds[p][i].push_back(stack.time_step(plan_of.at(p), c.in, o.repeats));
           fmt::print(
               stderr, "  {}/{} cells: {}, round {}, {} us an eager op, {}: {:.3f} ms ({:.0f} s)\n",
               ++done, cells, c.name, r + 1, o.dispatch_us[i], p, rounds[p][i].back(), elapsed());
@@ -652,8 +655,8 @@ int run_whatif(const Options& o) {
       }
     stack.set_host_costs(0, 0);
     std::map<std::string, std::vector<double>> ms;
-    for (auto& [p, per_cost] : rounds)
-      for (std::vector<double>& v : per_cost) {
+    for (const auto& [p, per_cost] : rounds)
+      for (std::vector<double> v : per_cost) {
         std::sort(v.begin(), v.end());
         ms[p].push_back(v[v.size() / 2]);
       }

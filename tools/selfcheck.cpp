@@ -1,6 +1,7 @@
 // `dsv32 selfcheck`: the main job's verdict table for the default scenario: the oracle
 // against the committed goldens, its own invariants, and the GPU plans (issue 7).
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -188,9 +189,8 @@ std::vector<Verdict> run(const Options& o) {
                       : refused});
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_device_reason(); !why.empty()) {
-    std::string plans;
-    for (const std::string& p : boundary::plan_names()) plans += (plans.empty() ? "" : ", ") + p;
-    rows.push_back({"gpu plans (" + plans + ")", "not run", why});
+    rows.push_back(
+        {fmt::format("gpu plans ({})", fmt::join(boundary::plan_names(), ", ")), "not run", why});
   } else {
     gpu_rows(gc, o.mutant, rows);
     if (o.mutant.empty())
