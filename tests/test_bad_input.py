@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checklist import check, failed  # noqa: E402
+from checklist import check, finish  # noqa: E402
 
 try:
     import h5py
@@ -309,5 +309,4 @@ for bad in ("layer01", "layer99999999999"):
     expect(f"a candidate's {bad} is refused, not ignored", tool("judge", p, "--golden", DEFAULT),
            2, f"/steps/step0/expected/{bad}: not a member of a candidate step")
 
-print(f"\n{'all checks pass' if not failed else f'{len(failed)} check(s) FAIL'}")
-sys.exit(1 if failed else 0)
+finish()

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checklist import check, failed  # noqa: E402
+from checklist import check, finish  # noqa: E402
 
 try:
     import matplotlib  # noqa: F401
@@ -51,5 +51,4 @@ r = plot("--whatif", os.path.join(SCRATCH, "no-such.json"))
 check("a missing file is refused by name", r.returncode != 0 and "no-such.json" in r.stderr,
       r.stderr.strip())
 
-print(f"{len(failed)} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -18,7 +18,7 @@ except ImportError as e:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import dsv32  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checklist import check, failed  # noqa: E402
+from checklist import check, finish  # noqa: E402
 
 FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]
 os.makedirs(SCRATCH, exist_ok=True)
@@ -211,8 +211,7 @@ def main():
             check(f"{case} by another tool: no num_blocks, no request_id",
                   "num_blocks" not in f.attrs and "request_id" not in f["steps/step0/inputs"])
         defects(other, case + " by another tool")
-    print(f"{len(failed)} failed")
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 if __name__ == "__main__":
