@@ -51,6 +51,13 @@ class GoldenFiles : public ::testing::Test {
     }
     return "";
   }
+  /// The temporary files (NAME.PID-N.tmp) left in the test's directory.
+  std::vector<std::string> temporaries() const {
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().extension() == ".tmp") left.push_back(e.path().filename().string());
+    return left;
+  }
   fs::path dir_;
 };
 
@@ -305,7 +312,7 @@ TEST_F(GoldenFiles, InterruptedWriterLeavesNoFinalFile) {
   const int rc = std::system(cmd.c_str());
   EXPECT_NE(rc, 0);
   EXPECT_FALSE(fs::exists(dir_ / "mixed.h5"));
-  EXPECT_FALSE(fs::exists(dir_ / "mixed.h5.tmp"));  // built in memory: nothing on disk yet
+  EXPECT_TRUE(temporaries().empty());  // built in memory: nothing on disk yet
   EXPECT_EQ(
       WEXITSTATUS(std::system(
           (tool + " golden --case mixed --out " + dir_.string() + " >/dev/null 2>&1").c_str())),
@@ -329,7 +336,7 @@ TEST_F(GoldenFiles, ASignalWhileWritingRemovesTheTemporaryFile) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status);
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(temporaries().empty());
   EXPECT_FALSE(fs::exists(path));
 }
 
@@ -339,9 +346,8 @@ TEST_F(GoldenFiles, AWriteIntoAMissingDirectoryNamesItAndLeavesNothing) {
     files::write_atomically(path, "{}\n");
     FAIL() << "wrote into a missing directory";
   } catch (const files::WriteError& e) {
-    EXPECT_NE(std::string(e.what()).find("no-such-dir/x.json.tmp: cannot create"),
-              std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("no-such-dir/x.json."), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(".tmp: cannot create"), std::string::npos) << e.what();
   }
   EXPECT_THROW(files::require_writable_location(path), files::WriteError);
   EXPECT_THROW(files::require_writable_location(dir_.string()), files::WriteError);  // a dir

@@ -1,13 +1,48 @@
 // dsv32: the suite's command-line entry point (verdicts, goldens, diff, benchmarks).
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <exception>
+#include <new>
+#include <string>
 
 #include "commands.hpp"
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/h5.hpp"
 
+namespace {
+
+/// Why OMP_NUM_THREADS cannot be honoured, or "": libgomp reads it at start-up and, asked for
+/// 100000 threads, crashes in the first parallel region (or asks for 350 GB) instead of failing.
+std::string omp_threads_problem() {
+  constexpr long kMaxThreads = 1024;
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v) return "";
+  const std::string text = v;
+  std::size_t at = 0;
+  while (true) {  // a comma-separated list of positive integers (one per nesting level)
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    if (item.empty() || item.size() > 6 ||
+        item.find_first_not_of("0123456789") != std::string::npos)
+      return "'" + text + "' is not a list of thread counts";
+    const long n = std::stol(item);
+    if (n < 1 || n > kMaxThreads)
+      return "'" + text + "': each thread count must be in [1, " + std::to_string(kMaxThreads) +
+             "]";
+    if (end == text.size()) return "";
+    at = end + 1;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (const std::string why = omp_threads_problem(); !why.empty()) {
+    fmt::print(stderr, "dsv32: bad environment: OMP_NUM_THREADS={} (unset it or lower it)\n", why);
+    return dsv32::tools::kExitUsage;
+  }
   // A temporary file is removed on SIGINT/SIGTERM; a file-size limit is a write error.
   dsv32::files::install_signal_cleanup();
   CLI::App app{"dsv32-oracle: DeepSeek-V3.2 attention oracle and boundary test suite"};
@@ -29,6 +64,11 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : dsv32::tools::kExitUsage;
   } catch (const dsv32::files::WriteError& e) {
     fmt::print(stderr, "dsv32: cannot write: {}\n", e.what());
+    return dsv32::tools::kExitUsage;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "dsv32: out of memory: the sizes asked for do not fit in this process's memory "
+               "(lower them, or see --max-gib where the command has it)\n");
     return dsv32::tools::kExitUsage;
   } catch (const dsv32::h5::GoldenError& e) {
     fmt::print(stderr, "dsv32: bad input file: {}\n", e.what());

@@ -9,11 +9,13 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "commands.hpp"
 #include "dsv32/golden/case_file.hpp"
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/golden/json_text.hpp"
 #include "dsv32/judge/judge.hpp"
 #include "version.hpp"
 
@@ -56,9 +58,7 @@ int check(const Options& o) {
                                 gc.steps, gc.expected);
       ok = j.failures.empty();
       fmt::print("  expected as a candidate: {}\n",
-                 ok ? fmt::format("within the gates (worst {:.3f} of its gate at {})", j.worst,
-                                  j.worst_where)
-                    : "FAIL " + j.failures.front());
+                 ok ? "within the gates (" + j.worst_text() + ")" : "FAIL " + j.failures.front());
     }
     fmt::print("  {}\n", ok ? "pass" : "FAIL");
     if (!ok) rc = kExitFail;
@@ -86,6 +86,38 @@ int list() {
     fmt::print("{:<26} {:<9} {:>6} {:>5}  {}\n", c.name, c.committed ? "yes" : "no",
                c.cfg.num_layers, c.steps.size(), c.description);
   return kExitPass;
+}
+
+/// The manifest already in `dir` (an empty one where there is none), read strictly: a file
+/// this tool did not write (not a regular file, not JSON, nested deep, a key twice, cases that
+/// are not objects naming their case) is refused by name, before any case is generated.
+nlohmann::json read_manifest(const std::filesystem::path& dir) {
+  const std::string path = (dir / "MANIFEST.json").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec)))
+    return nlohmann::json::object({{"cases", nlohmann::json::array()}});
+  const auto refuse = [&](const std::string& why) {
+    throw CLI::ValidationError(
+        "golden", path + ": " + why + " (not a manifest this tool writes: move it away)");
+  };
+  if (const std::string why = files::not_regular_file_reason(path); !why.empty()) refuse(why);
+  if (std::filesystem::file_size(path, ec) > (std::uintmax_t{64} << 20)) refuse("over 64 MiB");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json m;
+  try {
+    m = golden::parse_json_strict(text.str(), path);
+  } catch (const golden::JsonError& e) {
+    throw CLI::ValidationError("golden", e.what());
+  }
+  if (!m.is_object()) refuse("expected a JSON object");
+  if (!m.contains("cases")) m["cases"] = nlohmann::json::array();
+  if (!m["cases"].is_array()) refuse("'cases' is not an array");
+  for (const auto& e : m["cases"])
+    if (!e.is_object() || !e.contains("case") || !e["case"].is_string())
+      refuse("an entry of 'cases' is not an object with a string 'case': " + golden::quote_json(e));
+  return m;
 }
 
 int generate(const Options& o) {
@@ -116,6 +148,8 @@ int generate(const Options& o) {
                         " (raise it to generate the case)");
   }
   std::filesystem::create_directories(o.out);
+  files::require_writable_location((std::filesystem::path(o.out) / "MANIFEST.json").string());
+  read_manifest(o.out);  // refused now, not after the work
   const std::string generator = o.generator.empty() ? generator_string("golden") : o.generator;
   nlohmann::json manifest;
   fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "case", "steps", "bytes", "seconds", "file");
@@ -156,12 +190,13 @@ int generate(const Options& o) {
   }
   // The manifest lists every case in the directory: entries of regenerated cases are replaced,
   // the others kept.
+  // Under the directory's lock: another run into the same directory merges before or after
+  // this one, never in between (which lost its entries).
+  const files::DirectoryLock lock(o.out);
   const std::filesystem::path mpath = std::filesystem::path(o.out) / "MANIFEST.json";
-  nlohmann::json merged;
-  if (std::ifstream in(mpath); in) merged = nlohmann::json::parse(in, nullptr, false);
-  if (merged.is_discarded() || !merged.is_object()) merged = nlohmann::json::object();
+  nlohmann::json merged = read_manifest(o.out);
   nlohmann::json cases = nlohmann::json::array();
-  for (const auto& e : merged.value("cases", nlohmann::json::array())) {
+  for (const auto& e : merged["cases"]) {
     bool replaced = false;
     for (const auto& n : manifest["cases"]) replaced = replaced || n["case"] == e["case"];
     if (!replaced) cases.push_back(e);

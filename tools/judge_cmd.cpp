@@ -4,6 +4,7 @@
 // first one named); 2: bad input.
 #include <fmt/core.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -30,6 +31,12 @@ struct StageLine {
   double worst = 0.0;
   std::string first_failure;
 };
+
+/// A gate ratio in the JSON report: a number, or the string "inf" for a failure that no finite
+/// ratio measures (JSON has no infinity).
+nlohmann::json ratio_json(double r) {
+  return std::isfinite(r) ? nlohmann::json(r) : nlohmann::json("inf");
+}
 
 int run(const Options& o) {
   golden::ReadLimits limits;
@@ -67,21 +74,19 @@ int run(const Options& o) {
                                : s.judged ? (s.missing ? "pass (part)" : "pass")
                                           : "not provided";
     fmt::print("{:<18} {:<13} {:>8}  {}\n", s.name, status,
-               s.judged && s.worst > 0 ? fmt::format("{:.3f}", s.worst) : "", s.first_failure);
+               s.judged ? fmt::format("{:.3f}", s.worst) : "", s.first_failure);
     stages.push_back({{"stage", s.name},
                       {"status", status},
                       {"steps_judged", s.judged},
                       {"steps_missing", s.missing},
                       {"steps_failed", s.failed},
-                      {"worst_ratio", s.worst},
+                      {"worst_ratio", ratio_json(s.worst)},
                       {"first_failure", s.first_failure}});
   }
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
   if (pass)
-    fmt::print(
-        "verdict: pass ({} stages and {} top-k rows judged; {} not provided; worst {:.3f} "
-        "of its gate at {})\n",
-        j.stages, j.topk_rows, j.not_provided.size(), j.worst, j.worst_where);
+    fmt::print("verdict: pass ({} stages and {} top-k rows judged; {} not provided; {})\n",
+               j.stages, j.topk_rows, j.not_provided.size(), j.worst_text());
   else
     fmt::print("verdict: FAIL at step{}{}/{}: {}\n", j.first_step,
                j.first_layer < 0 ? "" : "/layer" + std::to_string(j.first_layer), j.first_stage,
@@ -95,7 +100,7 @@ int run(const Options& o) {
                        {"steps", gc.steps.size()},
                        {"stages_judged", j.stages},
                        {"topk_rows_judged", j.topk_rows},
-                       {"worst_ratio", j.worst},
+                       {"worst_ratio", ratio_json(j.worst)},
                        {"worst_where", j.worst_where},
                        {"not_provided", j.not_provided},
                        {"failures", j.failures},

@@ -92,16 +92,16 @@ void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vect
   const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
   rows.push_back(
       {"gpu eager vs oracle (T2 vs T0/T1)", j.failures.empty() && j.stages > 0 ? "pass" : "FAIL",
-       j.failures.empty() ? fmt::format("{} stages, {} top-k rows; worst {:.2f} of its gate at {}",
-                                        j.stages, j.topk_rows, j.worst, j.worst_where)
-                          : j.failures.front()});
+       j.failures.empty()
+           ? fmt::format("{} stages, {} top-k rows; {}", j.stages, j.topk_rows, j.worst_text())
+           : j.failures.front()});
   for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(
            gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, 1, mutant)) {
     rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? "pass" : "FAIL",
                     c.difference.empty()
                         ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
-                                      "oracle gate worst {:.2f}",
-                                      gc.steps.size(), c.structure, j.worst)
+                                      "oracle gate {}",
+                                      gc.steps.size(), c.structure, j.worst_text())
                         : c.difference});
   }
 }
@@ -125,8 +125,8 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
   for (const gpu::PlanCheck& c : checks)
     if (!c.difference.empty()) return {what, "FAIL", "plan " + c.plan + ": " + c.difference};
   return {what, "pass",
-          fmt::format("{} plans bitwise equal to tp eager; oracle gate worst {:.2f} at {}",
-                      checks.size(), j.worst, j.worst_where)};
+          fmt::format("{} plans bitwise equal to tp eager; oracle gate {}", checks.size(),
+                      j.worst_text())};
 }
 #endif
 

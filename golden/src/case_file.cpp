@@ -1,8 +1,10 @@
 #include "dsv32/golden/case_file.hpp"
 
 #include "dsv32/golden/files.hpp"
+#include "dsv32/golden/json_text.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -36,10 +38,7 @@ struct At {
     return {v.at(i), path + "[" + std::to_string(i) + "]", file};
   }
   bool has(const std::string& key) const { return v.contains(key); }
-  std::string got() const {
-    std::string s = v.dump();
-    return s.size() > 40 ? s.substr(0, 40) + "..." : s;
-  }
+  std::string got() const { return quote_json(v); }
   void object(const std::set<std::string>& keys) const {
     if (!v.is_object()) fail("expected an object, got " + got());
     for (const auto& [k, _] : v.items())
@@ -140,15 +139,16 @@ std::string pattern_from_freq(const At& a, int num_layers) {
 /// `text` parsed as JSON, or a CaseFileError naming `where`.
 json parse_json(const std::string& text, const std::string& where) {
   try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw CaseFileError(where + ": not JSON: " + e.what());
+    return parse_json_strict(text, where);
+  } catch (const JsonError& e) {
+    throw CaseFileError(e.what());
   }
 }
 
 /// GOLDEN.md's config keys present in `a` applied to `c` (each type-checked); the F/S pattern
 /// from index_topk_freq / index_skip_topk_offset where given.
 void apply_keys(Config& c, const At& a, const CaseLimits& lim) {
+  if (a.has("name")) a["name"].text();  // the case's name is the config's: a string, or refused
   std::vector<std::pair<std::string, int*>> ints = size_fields(c, "num_heads");
   ints.emplace_back("block_size", &c.block_size);
   for (const auto& [k, p] : ints)
@@ -210,8 +210,11 @@ Config config_from_hf(const std::string& json_text, int num_layers, const std::s
   }
   if (a.has("rms_norm_eps")) c.rms_norm_eps = a["rms_norm_eps"].number();
   // RoPE: rope_theta and rope_scaling (DeepSeek), or rope_parameters (newer Transformers).
-  if (a.has("rope_parameters")) {
+  // A null rope_parameters is one not given (the legacy keys then hold RoPE); any other
+  // non-object is refused rather than read as "no keys".
+  if (a.has("rope_parameters") && !a["rope_parameters"].v.is_null()) {
     const At rp = a["rope_parameters"];
+    if (!rp.v.is_object()) rp.fail("expected an object or null, got " + rp.got());
     if (rp.has("rope_theta")) c.rope_theta = rp["rope_theta"].number();
     const std::string type = rp.has("rope_type") ? rp["rope_type"].text() : "default";
     if (type == "default") {
@@ -227,9 +230,11 @@ Config config_from_hf(const std::string& json_text, int num_layers, const std::s
     if (a.has("rope_theta")) c.rope_theta = a["rope_theta"].number();
     c.rope_scaling = a.has("rope_scaling") ? yarn_of(a["rope_scaling"]) : std::nullopt;
   }
-  if (a.has("indexer_rope_interleave") && a["indexer_rope_interleave"].v.is_boolean())
-    c.indexer_rope =
-        a["indexer_rope_interleave"].v.get<bool>() ? IndexerRope::interleaved : IndexerRope::neox;
+  if (a.has("indexer_rope_interleave")) {
+    const At v = a["indexer_rope_interleave"];
+    if (!v.v.is_boolean()) v.fail("expected true or false, got " + v.got());
+    c.indexer_rope = v.v.get<bool>() ? IndexerRope::interleaved : IndexerRope::neox;
+  }
   c.index_topk_pattern = std::string(static_cast<std::size_t>(num_layers), 'F');
   if (a.has("index_topk_freq")) c.index_topk_pattern = pattern_from_freq(a, num_layers);
   return c;
@@ -245,9 +250,19 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
   root.require("steps");
   CaseSpec spec;
   spec.name = root["name"].text();
-  if (spec.name.empty() || spec.name.find_first_of("/\\ ") != std::string::npos)
-    root["name"].fail("expected a file-name-safe name (no '/', '\\' or space), got '" + spec.name +
-                      "'");
+  // The name becomes file names (NAME.h5, NAME.candidate.json): a NUL, a separator or a
+  // control character in it would write somewhere else than the message says.
+  const bool safe =
+      !spec.name.empty() && spec.name.size() <= 128 &&
+      std::isalnum(static_cast<unsigned char>(spec.name[0])) &&
+      std::all_of(spec.name.begin(), spec.name.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == '_' || ch == '-';
+      });
+  if (!safe)
+    root["name"].fail(
+        "expected a file-name-safe name (a letter or digit, then letters, digits, '.', '_' or "
+        "'-'; at most 128), got " +
+        root["name"].got());
   if (root.has("description")) spec.description = root["description"].text();
   if (root.has("seed")) spec.seed = static_cast<std::uint64_t>(root["seed"].integer(0, 1LL << 62));
   if (root.has("committed")) {

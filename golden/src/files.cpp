@@ -1,6 +1,7 @@
 #include "dsv32/golden/files.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 namespace dsv32::files {
 namespace {
@@ -55,6 +57,31 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/// Removes `path`'s temporary files (`path.PID-N.tmp`) whose writer no longer runs: what a
+/// SIGKILL left behind. A live writer's (this process's too) is left alone.
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".";
+  std::error_code ec;
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() + 4 || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - 4, 4, ".tmp") != 0)
+      continue;
+    const std::string middle = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    const std::size_t dash = middle.find('-');
+    if (dash == std::string::npos || dash == 0 || dash > 10 ||
+        middle.find_first_not_of("0123456789-") != std::string::npos)
+      continue;
+    // Never a pid of 0 or one that wraps negative: kill() would then name a process group.
+    const long long pid = std::stoll(middle.substr(0, dash));
+    if (pid < 1 || pid > std::numeric_limits<pid_t>::max()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink(it->path().c_str());
+  }
+}
+
 void on_signal(int sig) {
   remove_pending_files();
   std::signal(sig, SIG_DFL);
@@ -88,9 +115,13 @@ void require_writable_location(const std::string& path) {
 }
 
 void write_atomically(const std::string& path, std::string_view bytes,
-                      const std::function<void(std::size_t, std::size_t)>& progress) {
+                      const std::function<void(std::size_t, std::size_t)>& progress,
+                      const std::function<void(const std::string&)>& verify) {
   if (is_directory(path)) throw WriteError(path + ": cannot write: is a directory");
-  const std::string tmp = path + ".tmp";
+  remove_stale_temporaries(path);
+  static std::atomic<unsigned> serial{0};
+  const std::string tmp =
+      path + "." + std::to_string(::getpid()) + "-" + std::to_string(serial.fetch_add(1)) + ".tmp";
   const Pending pending(tmp);
   ::unlink(tmp.c_str());  // a stale one (or a link planted there) is replaced, not followed
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -116,7 +147,30 @@ void write_atomically(const std::string& path, std::string_view bytes,
     if (progress) progress(done, bytes.size());
   }
   if (::close(fd) != 0) fail("close failed", errno);
+  if (verify) {
+    try {
+      verify(tmp);
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename to " + path, errno);
+}
+
+DirectoryLock::DirectoryLock(const std::string& dir) {
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) throw WriteError(dir + ": cannot lock: " + reason(errno));
+  while (::flock(fd_, LOCK_EX) != 0)
+    if (errno != EINTR) {
+      const int err = errno;
+      ::close(fd_);
+      throw WriteError(dir + ": cannot lock: " + reason(err));
+    }
+}
+
+DirectoryLock::~DirectoryLock() {
+  ::close(fd_);  // releases the lock
 }
 
 void remove_pending_files() noexcept {

@@ -1,4 +1,5 @@
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/golden/json_text.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -22,8 +23,7 @@ const json& member(const json& j, const char* key, const char* where) {
 }
 
 std::string shown(const json& v) {
-  const std::string s = v.dump();
-  return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+  return quote_json(v);
 }
 
 /// An integer key: a JSON integer (not a float, not a boolean) that fits in int32 (the
@@ -298,9 +298,9 @@ std::string config_to_json(const Config& c) {
 Config config_from_json(const std::string& text) {
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw h5::GoldenError(std::string("config JSON: ") + e.what());
+    j = parse_json_strict(text, "config JSON");
+  } catch (const JsonError& e) {
+    throw h5::GoldenError(e.what());
   }
   if (!j.is_object())
     throw h5::GoldenError("config JSON: expected an object of GOLDEN.md's keys, got " +
@@ -362,7 +362,8 @@ std::string config_difference(const Config& a, const Config& b) {
   return "";
 }
 
-void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick) {
+void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick,
+           bool verify) {
   h5::File f = h5::File::create(path);
   const h5::Group root = f.root();
   root.set_attr("schema", std::string(kSchema));
@@ -429,7 +430,14 @@ void write(const std::string& path, const GoldenCase& c, const std::function<voi
     write_trace(st.child("expected", true), c.cfg, c.expected[s], true, tick);
     write_trace(st.child("emulated", true), c.cfg, c.emulated[s], false, tick);
   }
-  f.commit();
+  if (!verify) return f.commit();
+  f.commit([&](const std::string& tmp) {
+    try {
+      read(tmp);
+    } catch (const h5::GoldenError& e) {
+      throw h5::GoldenError(path + ": not written: its own reader refuses it: " + e.what());
+    }
+  });
 }
 
 namespace {
@@ -683,73 +691,6 @@ std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase&
     h5::contain(
         path, [&] { read_candidate_here(path, golden, limits); }, limits.max_bytes);
   return read_candidate_here(path, golden, limits);
-}
-
-namespace {
-
-/// The two oracles of a case, stepped together as a golden's steps are made: T0 selects its
-/// sets, T1 follows them.
-struct OraclePair {
-  Oracle exact, emul;
-  OraclePair(const Config& cfg, const std::shared_ptr<const Weights>& w, int num_blocks)
-      : exact(cfg, w, Mode::exact, num_blocks), emul(cfg, w, Mode::emulated, num_blocks) {}
-  void step(const Config& cfg, const StepInput& in, std::vector<StepTrace>& t0s,
-            std::vector<StepTrace>& t1s) {
-    StepTrace t0 = exact.step(in);
-    t1s.push_back(emul.step(in, StepOptions::follow(cfg, t0)));
-    t0s.push_back(std::move(t0));
-  }
-};
-
-/// T1 as a golden file stores it: each tensor rounded to its storage dtype (the writer's
-/// conversion of float32 and bfloat16 datasets).
-void round_to_storage(const Config& cfg, std::vector<StepTrace>& steps) {
-  const auto round = [&](Tensor& t) {
-    const DType dt = storage_dtype(cfg, t.name);
-    for (double& v : t.data)
-      v = dt == DType::float32    ? static_cast<double>(static_cast<float>(v))
-          : dt == DType::bfloat16 ? round_bf16(v)
-                                  : v;
-  };
-  for (StepTrace& st : steps) {
-    for (LayerTrace& lt : st.layers)
-      for (Tensor& t : lt.tensors) round(t);
-    round(st.output);
-  }
-}
-
-}  // namespace
-
-std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c) {
-  OraclePair oracles(c.cfg, std::make_shared<const Weights>(c.weights), c.num_blocks);
-  std::pair<std::vector<StepTrace>, std::vector<StepTrace>> out;
-  for (const StepInput& in : c.steps) oracles.step(c.cfg, in, out.first, out.second);
-  round_to_storage(c.cfg, out.second);
-  return out;
-}
-
-GoldenCase generate(const CaseSpec& spec, const std::string& generator,
-                    const std::function<void(int, int)>& progress) {
-  GoldenCase c;
-  c.case_id = spec.name;
-  c.seed = spec.seed;
-  c.generator = generator;
-  c.cfg = spec.cfg;
-  c.tolerance_profile = std::string(to_string(spec.cfg.precision));
-  c.num_blocks = spec.num_blocks;
-  c.weights = Weights::generate(spec.cfg, spec.seed);
-  OraclePair oracles(spec.cfg, std::make_shared<const Weights>(c.weights), spec.num_blocks);
-  ScenarioBuilder builder(spec.cfg, spec.seed, spec.num_blocks);
-  const int n = static_cast<int>(spec.steps.size());
-  for (int s = 0; s < n; ++s) {
-    const StepPlan& p = spec.steps[s];
-    StepInput in = builder.step(p.requests, p.capture_size, Poison::nan);
-    oracles.step(spec.cfg, in, c.expected, c.emulated);
-    c.steps.push_back(std::move(in));
-    for (int id : p.finish_after) builder.finish(id);
-    if (progress) progress(s + 1, n);
-  }
-  return c;
 }
 
 }  // namespace dsv32::golden

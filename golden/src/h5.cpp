@@ -418,7 +418,7 @@ Group File::root() const {
   return Group(Handle(g, H5Gclose), path_, "/", budget_);
 }
 
-void File::commit() {
+void File::commit(const std::function<void(const std::string&)>& verify) {
   if (!writing_) return;
   if (H5Fflush(h_.get(), H5F_SCOPE_GLOBAL) < 0)
     throw files::WriteError(path_ + ": cannot flush the in-memory HDF5 file");
@@ -429,7 +429,7 @@ void File::commit() {
     throw files::WriteError(path_ + ": cannot take the in-memory HDF5 image");
   h_ = Handle();
   writing_ = false;
-  files::write_atomically(path_, image);
+  files::write_atomically(path_, image, {}, verify);
 }
 
 namespace {

@@ -1,9 +1,12 @@
 #include "dsv32/judge/judge.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <sstream>
 #include <utility>
 
+#include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32 {
@@ -21,13 +24,50 @@ std::string step_layer(int step, int layer) {
          (layer < 0 ? std::string() : "layer" + std::to_string(layer) + "/");
 }
 
+/// A failed check of what the oracle would adopt from the candidate (a top-k row, a cache
+/// latent): a failure, and a row of the report with no finite ratio.
+void fail_adopted(Judgement& j, int step, int layer, const std::string& stage,
+                  const std::string& what) {
+  const std::string line = step_layer(step, layer) + stage + " " + what;
+  fail(j, step, layer, stage, line);
+  Judgement::Row row{step, layer, stage, true, false, std::numeric_limits<double>::infinity(),
+                     line};
+  j.rows.push_back(std::move(row));
+}
+
 /// A failed top-k row of token t.
 void fail_row(Judgement& j, int step, int layer, int t, const std::string& why) {
-  fail(j, step, layer, "topk",
-       step_layer(step, layer) + "topk token " + std::to_string(t) + ": " + why);
+  fail_adopted(j, step, layer, "topk", "token " + std::to_string(t) + ": " + why);
+}
+
+/// Under an fp8_ds_mla cache the oracle stores the candidate's `c` rows as the codes they hold:
+/// a row that holds none (a latent never quantized) fails here, naming the first such value.
+void check_cache_codes(Judgement& j, const Config& cfg, const StepInput& in, int step, int layer,
+                       const Tensor& c) {
+  const std::int64_t L = cfg.kv_lora_rank;
+  for (int t = 0; t < in.num_tokens && t < c.shape.at(0); ++t) {
+    if (in.slots[t] < 0) continue;
+    const DsMlaCodes codes = ds_mla_codes({c.data.data() + t * L, static_cast<std::size_t>(L)});
+    if (codes.off_grid < 0) continue;
+    std::ostringstream why;
+    why.precision(9);
+    why << "token " << t << " column " << codes.off_grid << ": " << c.data[t * L + codes.off_grid]
+        << " is no e4m3 code times its tile's scale " << codes.scale << " (nearest code value "
+        << codes.nearest << "): an fp8_ds_mla cache holds codes; was the latent quantized?";
+    return fail_adopted(j, step, layer, "c", why.str());
+  }
 }
 
 }  // namespace
+
+std::string Judgement::worst_text() const {
+  if (worst_where.empty()) return "every judged stage exact";
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(3);
+  s << "worst " << worst << " of its gate at " << worst_where;
+  return s.str();
+}
 
 std::string Judgement::Row::stage_path() const {
   return layer < 0 ? stage : "layer" + std::to_string(layer) + "/" + stage;
@@ -70,20 +110,21 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         continue;
       }
       ++j.stages;
+      row.ratio = d.result.gate_ratio();
       if (!d.result.pass) {
         j.vacuous += d.result.vacuous ? 1 : 0;
         fail(j, d.step, d.layer, d.stage,
              d.where() + " (op " + std::string(stage_op(d.stage)) + "): " + d.result.summary());
-        j.rows.push_back(std::move(row));
-        continue;
       }
-      // Quantized stages report quanta and top-k rows counts: only tolerance gates give a ratio.
-      const bool gated = d.stage != "topk" && !d.result.in_quanta;
-      const double ratio = gated && d.result.tol > 0 ? d.result.max_err / d.result.tol : 0.0;
-      row.ratio = ratio;
       j.rows.push_back(std::move(row));
-      if (ratio > j.worst) j.worst = ratio, j.worst_where = d.where();
     }
+  };
+  // The worst ratio over every judged row, failing or not, in trace order (the first of equals).
+  const auto finish = [&] {
+    for (const Judgement::Row& r : j.rows)
+      if (r.provided && r.ratio > j.worst)
+        j.worst = r.ratio, j.worst_where = step_layer(r.step, r.layer) + r.stage;
+    return j;
   };
   // Step s's sets cannot be followed: judging stops there, after the stages of the steps before
   // it (a fault there, such as a stale cache entry, is named first, not the sets it spoilt).
@@ -93,10 +134,13 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     std::swap(sets.first_step, j.first_step);
     std::swap(sets.first_layer, j.first_layer);
     std::swap(sets.first_stage, j.first_stage);
+    std::vector<Judgement::Row> adopted;
+    std::swap(adopted, j.rows);
     judge_stages(s);
     for (std::string& line : sets.failures)
       fail(j, sets.first_step, sets.first_layer, sets.first_stage, std::move(line));
-    return j;
+    j.rows.insert(j.rows.end(), adopted.begin(), adopted.end());
+    return finish();
   };
   const std::size_t n = std::min(steps.size(), gpu.size());
   for (std::size_t s = 0; s < n; ++s) {
@@ -105,11 +149,13 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     const std::size_t failures_before = j.failures.size();
     std::vector<int> against_t0;  // F layers whose sets are judged on T0's scores
     for (int l = 0; l < cfg.num_layers; ++l) {
-      if (!cfg.is_full_layer(l)) continue;
       const LayerTrace& lt = gpu[s].layers[l];
+      if (const Tensor* c = lt.find("c"); c && cfg.kv_cache == KvCache::fp8_ds_mla)
+        check_cache_codes(j, cfg, in, si, l, *c);
+      const bool full = cfg.is_full_layer(l);
       const Tensor *k8 = lt.find("kI8"), *ks = lt.find("kI_scale");
       own_keys[l] = own_keys[l] && k8 && ks;
-      if (own_keys[l])
+      if (full && own_keys[l])
         for (int t = 0; t < in.num_tokens; ++t)
           keys[{l, in.requests[in.request_of_token[t]].id, in.positions[t]}] = {
               std::vector<double>(k8->data.begin() + t * dI, k8->data.begin() + (t + 1) * dI),
@@ -119,12 +165,15 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
       const auto row_of = [&](int t) {
         return std::vector<int>(rows.row(t).data(), rows.row(t).data() + K);
       };
-      // The row's structure first: the oracle can follow only well-formed sets.
+      // The row's structure first, in every layer: the oracle can follow only well-formed sets,
+      // and an S layer's rows, which it does not follow, are judged as sets that would not see a
+      // duplicate or a stray negative entry.
       for (int t = 0; t < in.num_tokens; ++t)
         if (const std::string why =
                 check_topk_row(row_of(t), std::vector<double>(in.positions[t] + 1, 0.0), K, 0.0);
             !why.empty())
           fail_row(j, si, l, t, why);
+      if (!full) continue;
       const Tensor *q8 = lt.find("qI8"), *omega = lt.find("omega");
       if (!(own_keys[l] && q8 && omega)) {
         against_t0.push_back(l);
@@ -176,7 +225,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
          "step" + std::to_string(n) + ": not provided (the candidate has " +
              std::to_string(gpu.size()) + " steps, the golden " + std::to_string(steps.size()) +
              ")");
-  return j;
+  return finish();
 }
 
 std::string Divergence::where() const {

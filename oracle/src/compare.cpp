@@ -126,6 +126,7 @@ void count_in_quanta(CompareResult& r, std::int64_t k, double g, double w, doubl
                      bool ok = true) {
   const double err = std::fabs(g - w);
   if (!std::isnan(err)) r.max_err = std::max(r.max_err, err / q);
+  if (!std::isnan(err)) r.quanta_ratio = std::max(r.quanta_ratio, err / (q + slack));
   if (!ok || !(err <= q + slack) || std::isnan(g) != std::isnan(w)) {
     if (r.first_bad < 0) {
       r.first_bad = k;
@@ -137,6 +138,12 @@ void count_in_quanta(CompareResult& r, std::int64_t k, double g, double w, doubl
 }
 
 }  // namespace
+
+double CompareResult::gate_ratio() const {
+  const double x = in_quanta ? quanta_ratio : tol > 0 ? max_err / tol : 0.0;
+  if (!pass && !(x > 1.0)) return std::numeric_limits<double>::infinity();
+  return x;
+}
 
 std::string CompareResult::summary() const {
   std::ostringstream s;

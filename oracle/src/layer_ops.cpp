@@ -110,12 +110,15 @@ void norm_rope_cache(const LayerContext& ctx, LayerTensors& t, TopkRows& topk) {
   }
   ctx.store(t.lat);
   const auto& overrides = ctx.opts.latent_override;
-  const Mat* follow =
-      static_cast<int>(overrides.size()) > l && overrides[l] ? &*overrides[l] : nullptr;
-  if (follow && (follow->rows() != Ta || follow->cols() != L))
-    throw ScenarioError("latent override layer " + std::to_string(l) + ": shape " +
-                        std::to_string(follow->rows()) + "x" + std::to_string(follow->cols()) +
-                        ", expected " + std::to_string(Ta) + "x" + std::to_string(L));
+  std::optional<Mat> follow;
+  if (static_cast<int>(overrides.size()) > l && overrides[l]) {
+    follow = *overrides[l];
+    if (follow->rows() != Ta || follow->cols() != L)
+      throw ScenarioError("latent override layer " + std::to_string(l) + ": shape " +
+                          std::to_string(follow->rows()) + "x" + std::to_string(follow->cols()) +
+                          ", expected " + std::to_string(Ta) + "x" + std::to_string(L));
+    ctx.store(*follow);  // stored as this mode stores its own read-back latent
+  }
   t.c.resize(Ta, L);
   for (int r = 0; r < T; ++r) {
     if (in.slots[r] < 0) continue;

@@ -50,6 +50,10 @@ def judge(candidate, golden, tool=None, tp=1):
             raise JudgeError((p.stderr or p.stdout).strip())
         with open(report) as f:
             r = json.load(f)
+    # A failure that no finite ratio measures is "inf" in the JSON (JSON has no infinity).
+    for d in [r] + r["stages"]:
+        if d.get("worst_ratio") == "inf":
+            d["worst_ratio"] = float("inf")
     return Verdict(passed=r["verdict"] == "pass", first_failure=r.get("first_failure"),
                    failures=r["failures"], not_provided=r["not_provided"], stages=r["stages"],
                    report=r, text=p.stdout)

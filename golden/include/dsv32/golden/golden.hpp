@@ -51,9 +51,12 @@ struct GoldenCase {
 };
 
 /// Writes `c` to path (temporary name, then rename). `on_dataset` (optional) is called after
-/// each dataset, for progress and for fault-injection tests.
+/// each dataset, for progress and for fault-injection tests. With `verify`, the whole file is
+/// read back by `read` before it takes its name, so that no golden is reported written that
+/// this tool would refuse (GoldenError "PATH: not written: ..."); `dsv32 gpu --dump`, whose
+/// traces are a candidate's and may hold NaN, writes without.
 void write(const std::string& path, const GoldenCase& c,
-           const std::function<void()>& on_dataset = {});
+           const std::function<void()>& on_dataset = {}, bool verify = true);
 /// Reads and validates a golden file: schema, version, config, every dataset's presence,
 /// dtype and shape; steps exactly step0..step{n-1}; block tables (ids in the cache, -1 only
 /// past a request's blocks), lengths and capture sizes within the cache and `limits`; only

@@ -111,8 +111,9 @@ class File {
   /// datasets' reads share one Budget of `max_bytes`.
   static File open(const std::string& path, double max_bytes);
   Group root() const;
-  /// Writes the file out (see above); without it nothing is written.
-  void commit();
+  /// Writes the file out (see above); without it nothing is written. `verify` (may be empty)
+  /// is called on the whole temporary file before the rename (files::write_atomically).
+  void commit(const std::function<void(const std::string&)>& verify = {});
   File(File&&) noexcept = default;
 
  private:

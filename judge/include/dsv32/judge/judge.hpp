@@ -17,8 +17,13 @@ struct Judgement {
   // Where the first failure is: step, layer (-1: the output), stage ("topk" for a set).
   int first_step = -1, first_layer = -1;
   std::string first_stage;
-  double worst = 0.0;  // max over gated stages of max_err / tol
-  std::string worst_where;
+  /// The largest gate ratio (CompareResult::gate_ratio) over every judged stage, failing or
+  /// not: +inf where a failure has no finite ratio (a set that differs, a malformed row, a
+  /// refused gate). 0 when every judged stage is exact or ungated.
+  double worst = 0.0;
+  std::string worst_where;  // "step1/layer0/o"; empty when worst is 0
+  /// "worst 0.123 of its gate at step1/layer0/o", or "every judged stage exact".
+  std::string worst_text() const;
   int stages = 0;  // stages compared
   // Failures that are refusals of a vacuous gate: the oracle's own T1 - T0 spread is too wide
   // to judge that stage by (a property of the scenario, whatever the GPU computed).
@@ -32,7 +37,7 @@ struct Judgement {
     int step = 0, layer = -1;  // layer -1: the output
     std::string stage;
     bool provided = true, pass = true;
-    double ratio = 0.0;  // max_err / tol of a tolerance-gated stage, else 0
+    double ratio = 0.0;  // CompareResult::gate_ratio, +inf for a failed row check; 0 if missing
     std::string summary;
     /// "layer0/q_c", or "output".
     std::string stage_path() const;

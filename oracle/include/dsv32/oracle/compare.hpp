@@ -29,6 +29,12 @@ struct CompareResult {
   std::int64_t count = 0;       // elements compared
   double cos_diff = 0.0;        // 1 - 2<a,b>/(|a|^2+|b|^2)
   std::string note;             // e.g. scales that differ by a factor of two
+  double quanta_ratio = 0.0;    // quantized rules: max over elements of error / its allowance
+  /// How far over (or under) its gate the comparison lies: max_err / tol, or for the quantized
+  /// rules each element's error over its own allowance; +inf for a failure that no finite ratio
+  /// measures (a refused gate, a NaN where the reference has none, a set or bitwise rule), so a
+  /// failing comparison never reports a ratio of 1 or less.
+  double gate_ratio() const;
   /// One line: tensor, verdict, max_err/tol, first bad index with both values, counts.
   std::string summary() const;
 };

@@ -1,0 +1,88 @@
+// Golden cases made by the oracle: a case plan's steps run through T0 and T1 (T1 following
+// T0's sets), and a golden's traces recomputed to check it.
+#include <memory>
+#include <string>
+
+#include "dsv32/golden/case_file.hpp"
+#include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/scenario.hpp"
+#include "dsv32/oracle/trace_diff.hpp"
+
+namespace dsv32::golden {
+
+namespace {
+
+/// The two oracles of a case, stepped together as a golden's steps are made: T0 selects its
+/// sets, T1 follows them.
+struct OraclePair {
+  Oracle exact, emul;
+  OraclePair(const Config& cfg, const std::shared_ptr<const Weights>& w, int num_blocks)
+      : exact(cfg, w, Mode::exact, num_blocks), emul(cfg, w, Mode::emulated, num_blocks) {}
+  void step(const Config& cfg, const StepInput& in, std::vector<StepTrace>& t0s,
+            std::vector<StepTrace>& t1s) {
+    StepTrace t0 = exact.step(in);
+    t1s.push_back(emul.step(in, StepOptions::follow(cfg, t0)));
+    t0s.push_back(std::move(t0));
+  }
+};
+
+/// T1 as a golden file stores it: each tensor rounded to its storage dtype (the writer's
+/// conversion of float32 and bfloat16 datasets).
+void round_to_storage(const Config& cfg, std::vector<StepTrace>& steps) {
+  const auto round = [&](Tensor& t) {
+    const DType dt = storage_dtype(cfg, t.name);
+    for (double& v : t.data)
+      v = dt == DType::float32    ? static_cast<double>(static_cast<float>(v))
+          : dt == DType::bfloat16 ? round_bf16(v)
+                                  : v;
+  };
+  for (StepTrace& st : steps) {
+    for (LayerTrace& lt : st.layers)
+      for (Tensor& t : lt.tensors) round(t);
+    round(st.output);
+  }
+}
+
+}  // namespace
+
+std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c) {
+  OraclePair oracles(c.cfg, std::make_shared<const Weights>(c.weights), c.num_blocks);
+  std::pair<std::vector<StepTrace>, std::vector<StepTrace>> out;
+  for (const StepInput& in : c.steps) oracles.step(c.cfg, in, out.first, out.second);
+  round_to_storage(c.cfg, out.second);
+  return out;
+}
+
+GoldenCase generate(const CaseSpec& spec, const std::string& generator,
+                    const std::function<void(int, int)>& progress) {
+  GoldenCase c;
+  c.case_id = spec.name;
+  c.seed = spec.seed;
+  c.generator = generator;
+  c.cfg = spec.cfg;
+  c.tolerance_profile = std::string(to_string(spec.cfg.precision));
+  c.num_blocks = spec.num_blocks;
+  c.weights = Weights::generate(spec.cfg, spec.seed);
+  OraclePair oracles(spec.cfg, std::make_shared<const Weights>(c.weights), spec.num_blocks);
+  ScenarioBuilder builder(spec.cfg, spec.seed, spec.num_blocks);
+  const int n = static_cast<int>(spec.steps.size());
+  for (int s = 0; s < n; ++s) {
+    const StepPlan& p = spec.steps[s];
+    StepInput in = builder.step(p.requests, p.capture_size, Poison::nan);
+    oracles.step(spec.cfg, in, c.expected, c.emulated);
+    c.steps.push_back(std::move(in));
+    for (int id : p.finish_after) builder.finish(id);
+    if (progress) progress(s + 1, n);
+  }
+  // A golden whose own gates are vacuous or unusable (an epsilon or a YaRN value that flattens
+  // a stage to nothing) could never fail a candidate: it is refused, not written.
+  for (const StageDiff& d : diff_traces(c.cfg, c.expected, c.expected, c.emulated))
+    if (!d.result.pass)
+      throw CaseFileError("case " + spec.name + ": " + d.where() +
+                          " could not judge a candidate (its own T0 against its gate: " +
+                          d.result.summary() + "); change the case's config");
+  return c;
+}
+
+}  // namespace dsv32::golden

@@ -1,0 +1,183 @@
+// What the judge adopts from a candidate it checks first, and what its report says of a failure:
+// an fp8_ds_mla cache that holds no codes, a malformed top-k row in an S layer, and the gate
+// ratio of a failing stage. Each was a silent pass once (the fp8 and S-layer ones were found
+// with DeepSeek's reference code and Hugging Face's layer as candidates).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "dsv32/golden/golden.hpp"
+#include "dsv32/judge/judge.hpp"
+#include "dsv32/oracle/numerics.hpp"
+#include "support/golden_cases.hpp"
+
+namespace dsv32 {
+namespace {
+
+using testing::fixture;
+
+Judgement judge_case(const golden::GoldenCase& gc, const std::vector<StepTrace>& candidate) {
+  return judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps,
+               candidate);
+}
+
+Tensor& stage_of(LayerTrace& lt, const std::string& name) {
+  for (Tensor& t : lt.tensors)
+    if (t.name == name) return t;
+  throw std::out_of_range("no stage " + name);
+}
+
+const Judgement::Row* row_at(const Judgement& j, int step, int layer, const std::string& stage) {
+  for (const Judgement::Row& r : j.rows)
+    if (r.step == step && r.layer == layer && r.stage == stage) return &r;
+  return nullptr;
+}
+
+// The oracle's own run of the fp8 case with a bf16 cache (an implementation that never
+// quantizes its latent) is off the fp8 golden by less than a quantum in `c`, and the oracle
+// once adopted its `c` into the cache: it passed.
+TEST(JudgeAdopts, AnUnquantizedFp8CacheFailsAtC) {
+  const golden::GoldenCase gc = golden::read(fixture("kv-fp8"));
+  ASSERT_EQ(gc.cfg.kv_cache, KvCache::fp8_ds_mla);
+  Config bf16 = gc.cfg;
+  bf16.kv_cache = KvCache::bf16;
+  Oracle run(bf16, std::make_shared<const Weights>(gc.weights), Mode::exact, gc.num_blocks);
+  std::vector<StepTrace> cand;
+  for (const StepInput& in : gc.steps) cand.push_back(run.step(in));
+  const Judgement j = judge_case(gc, cand);
+  ASSERT_FALSE(j.failures.empty()) << "a latent that was never quantized passed";
+  EXPECT_EQ(j.first_stage, "c") << j.failures.front();
+  EXPECT_EQ(j.first_step, 0);
+  EXPECT_NE(j.failures.front().find("was the latent quantized"), std::string::npos)
+      << j.failures.front();
+  EXPECT_TRUE(std::isinf(j.worst)) << j.worst_where;
+}
+
+// Both tiers' read-back latents are codes times their tile's scale: T0's in fp32, T1's rounded
+// to bf16 as a bf16 trace stores them.
+TEST(JudgeAdopts, BothTiersReadBackCodes) {
+  const golden::GoldenCase gc = golden::read(fixture("kv-fp8"));
+  const int L = gc.cfg.kv_lora_rank;
+  for (const auto* traces : {&gc.expected, &gc.emulated})
+    for (const StepTrace& st : *traces)
+      for (const LayerTrace& lt : st.layers) {
+        const Tensor& c = lt.at("c");
+        for (std::int64_t t = 0; t < c.shape.at(0); ++t) {
+          const DsMlaCodes codes = ds_mla_codes({c.data.data() + t * L, std::size_t(L)});
+          ASSERT_EQ(codes.off_grid, -1)
+              << "row " << t << " value " << c.data[t * L + codes.off_grid];
+        }
+      }
+}
+
+// One value moved a third of the way to its neighbouring code is off the grid.
+TEST(JudgeAdopts, AValueBetweenCodesFailsAtC) {
+  const golden::GoldenCase gc = golden::read(fixture("kv-fp8"));
+  std::vector<StepTrace> bad = gc.expected;
+  Tensor& c = stage_of(bad.at(1).layers.at(1), "c");
+  const int col = 5;
+  double amax = 0.0;
+  for (int i = 0; i < kDsMlaTile; ++i) amax = std::max(amax, std::fabs(c.data[i]));
+  const double scale = ds_mla_tile_scale(amax);
+  c.data[col] += e4m3_quantum(c.data[col] / scale) * scale / 3;
+  const Judgement j = judge_case(gc, bad);
+  ASSERT_FALSE(j.failures.empty()) << "a value between two codes passed";
+  EXPECT_EQ(j.first_step, 1);
+  EXPECT_EQ(j.first_layer, 1);
+  EXPECT_EQ(j.first_stage, "c") << j.failures.front();
+}
+
+/// An S layer's first token's row with `entry` written just after its last position, where
+/// the row holds a -1 (the set of non-negative entries stays the same or loses nothing).
+void plant_in_s_layer(const golden::GoldenCase& gc, std::vector<StepTrace>& cand, int entry,
+                      int& layer, int& token) {
+  const int K = gc.cfg.index_topk;
+  for (int l = 0; l < gc.cfg.num_layers; ++l) {
+    if (gc.cfg.is_full_layer(l)) continue;
+    Tensor& topk = stage_of(cand[0].layers[l], "topk");
+    for (int t = 0; t < gc.steps[0].num_tokens; ++t) {
+      const int kt = gc.steps[0].positions[t] + 1;
+      if (kt + 1 >= K) continue;
+      const int v = entry == -2 ? -2 : static_cast<int>(topk.data[t * K]);
+      topk.data[t * K + kt + 1] = v;  // after the -1 at kt
+      layer = l;
+      token = t;
+      return;
+    }
+  }
+  FAIL() << "no S-layer row with room after its last position";
+}
+
+TEST(JudgeAdopts, ADuplicateAfterMinusOneInAnSLayerFails) {
+  const golden::GoldenCase gc = golden::read(fixture("fs-pattern"));
+  std::vector<StepTrace> bad = gc.expected;
+  int layer = -1, token = -1;
+  plant_in_s_layer(gc, bad, 0, layer, token);
+  ASSERT_FALSE(gc.cfg.is_full_layer(layer));
+  const Judgement j = judge_case(gc, bad);
+  ASSERT_FALSE(j.failures.empty()) << "a duplicate after -1 in S layer " << layer << " passed";
+  EXPECT_EQ(j.first_stage, "topk");
+  EXPECT_EQ(j.first_layer, layer);
+  EXPECT_NE(j.failures.front().find("token " + std::to_string(token)), std::string::npos)
+      << j.failures.front();
+}
+
+TEST(JudgeAdopts, AMinusTwoInAnSLayerFails) {
+  const golden::GoldenCase gc = golden::read(fixture("fs-pattern"));
+  std::vector<StepTrace> bad = gc.expected;
+  int layer = -1, token = -1;
+  plant_in_s_layer(gc, bad, -2, layer, token);
+  const Judgement j = judge_case(gc, bad);
+  ASSERT_FALSE(j.failures.empty()) << "a -2 in S layer " << layer << " passed";
+  EXPECT_EQ(j.first_stage, "topk");
+  EXPECT_EQ(j.first_layer, layer);
+}
+
+// A failing stage reports how far over its gate it is, and the run's worst names it: an output
+// element moved far past its gate reports a finite ratio over 1, larger for a larger move.
+TEST(JudgeReport, AFailingStageCarriesItsRatioAndIsTheWorst) {
+  const golden::GoldenCase gc = golden::read(fixture("default"));
+  const int last = static_cast<int>(gc.steps.size()) - 1;
+  const Judgement clean = judge_case(gc, gc.expected);
+  ASSERT_TRUE(clean.failures.empty());
+  const Judgement::Row* r0 = row_at(clean, last, -1, "output");
+  ASSERT_NE(r0, nullptr);
+  ASSERT_LE(r0->ratio, 1.0);
+  double prev = 1.0;
+  for (const double move : {6.0, 12.0}) {
+    std::vector<StepTrace> bad = gc.expected;
+    bad.back().output.data[0] += move;
+    const Judgement j = judge_case(gc, bad);
+    ASSERT_FALSE(j.failures.empty());
+    const Judgement::Row* r = row_at(j, last, -1, "output");
+    ASSERT_NE(r, nullptr);
+    EXPECT_FALSE(r->pass);
+    EXPECT_TRUE(std::isfinite(r->ratio));
+    EXPECT_GT(r->ratio, prev) << "a larger error reports a larger ratio";
+    prev = r->ratio;
+    EXPECT_EQ(j.worst, r->ratio);
+    EXPECT_EQ(j.worst_where, "step" + std::to_string(last) + "/output");
+  }
+}
+
+// A set rule has no finite ratio: a failing top-k set reports +inf, and it is the worst.
+TEST(JudgeReport, AFailingSetIsTheWorstAtInfinity) {
+  const golden::GoldenCase gc = golden::read(fixture("fs-pattern"));
+  std::vector<StepTrace> bad = gc.expected;
+  int layer = -1, token = -1;
+  plant_in_s_layer(gc, bad, 0, layer, token);
+  const Judgement j = judge_case(gc, bad);
+  EXPECT_TRUE(std::isinf(j.worst));
+  EXPECT_EQ(j.worst_where, "step0/layer" + std::to_string(layer) + "/topk");
+  EXPECT_NE(j.worst_text().find("inf"), std::string::npos) << j.worst_text();
+}
+
+TEST(JudgeReport, AnExactCandidateSaysSo) {
+  Judgement j;
+  EXPECT_EQ(j.worst_text(), "every judged stage exact");
+}
+
+}  // namespace
+}  // namespace dsv32
