@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Fuzzes the dsv32 tool with bad files (docs/BAD_INPUT.md): byte-flipped, truncated and
 structurally mutated copies of committed goldens and of a candidate, fed to `dsv32 diff`,
-`dsv32 golden --check --bitwise` and `dsv32 judge`. Every run must end with exit 0, 1 or 2, by
-no signal, within the time and memory bounds, without a bare allocation failure; a structural
-mutation that changes what is judged must not pass; a byte flip that passes --check --bitwise
-must have left the judged content as it was. Each case has its own seed, printed with any
+`dsv32 golden --check --bitwise` and `dsv32 judge`; and mutated case files and Hugging Face
+configs, fed to `dsv32 golden --spec` (fuzz_cases_and_rows.py). Every run must end with exit 0,
+1 or 2, by no signal, within the time and memory bounds, without a bare allocation failure; a
+structural mutation that changes what is judged must not pass (a malformed top-k row, in an F
+or an S layer, is one); a byte flip that passes --check --bitwise must have left the judged
+content as it was; a refused case file leaves no golden and no temporary file. Each case has its own seed, printed with any
 failure, and is replayed alone with --seed S --only I.
 
 usage: fuzz_inputs.py --tool DSV32 --fixtures DIR --scratch DIR [--seed S] [--cases N]
@@ -31,7 +33,9 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsv32  # noqa: E402
+from fuzz_cases_and_rows import case_file_mutation, malformed_topk_row, refused_or_whole  # noqa: E402,E501
 
 # The small committed goldens the mutations start from (one of each layout family).
 BASES = ["kv-fp8", "hadamard-on", "precision-fp32", "padded", "mixed"]
@@ -69,7 +73,9 @@ def run_measured(tool, args):
             time.sleep(0.01)
         p.returncode = 0  # reaped here; keep Popen from waiting again
         err.seek(0)
-        text = err.read().decode(errors="replace")[-400:]
+        text = err.read().decode(errors="replace")
+        if len(text) > 700:  # the message's start names the tool; its end, what was refused
+            text = text[:300] + " ... " + text[-400:]
     secs = time.monotonic() - t0
     if status is None:
         rc = "timeout"
@@ -355,18 +361,35 @@ def candidate_mutation(rng, path):
 
 
 # Content that judging reads, for the silent-pass check of byte flips.
-IGNORED_ATTRS = {"generator", "case_id", "tolerance_profile", "seed"}
+# The attributes the reader reads: a flip that renames any other (or `num_blocks`, which only
+# sizes the cache; unused slots are poisoned, so no result depends on it) changes nothing judged.
+JUDGED_ATTRS = {"schema", "schema_version", "config", "dtype", "capture_size"}
 
 
-def content(path):
-    """Every dataset's values (request_id excepted: a label) and every judged attribute."""
+def package_content(path):
+    """What dsv32.read_golden reads of a golden: for a file whose objects h5py cannot visit (a
+    flipped bit in metadata the tool does not read), compared with the fixture read the same
+    way."""
+    g = dsv32.read_golden(path)
+    out = {f"@{k}": repr(v) for k, v in g.attrs.items() if k in JUDGED_ATTRS}
+    for l, w in enumerate(g.weights):
+        out.update({f"weights/layer{l}/{k}": v.tobytes() for k, v in w.items()})
+    for s, st in enumerate(g.steps):
+        for group, tensors in (("inputs", st.inputs), ("expected", st.expected),
+                               ("emulated", st.emulated)):
+            out.update({f"steps/step{s}/{group}/{k}": v.tobytes()
+                        for k, v in tensors.items() if k != "request_id"})
+        out[f"steps/step{s}/inputs@capture_size"] = st.capture_size
+    return out
+
+
+def h5py_content(path):
     out = {}
     with h5py.File(path, "r") as f:
         def visit(name, obj):
             for k, v in obj.attrs.items():
-                if name == "" and k in IGNORED_ATTRS:
-                    continue
-                out[f"{name}@{k}"] = repr(v)
+                if k in JUDGED_ATTRS:
+                    out[f"{name}@{k}"] = repr(v)
             if isinstance(obj, h5py.Dataset) and not name.endswith("request_id"):
                 out[name] = obj[()].tobytes()
         visit("", f)
@@ -381,12 +404,51 @@ def make_candidate(golden_path, out):
     dsv32.write_candidate(out, [{k: v.copy() for k, v in s.expected.items()} for s in g.steps])
 
 
+def case_file_case(tool, fixtures, scratch, seed, index, rng):
+    """A mutated case file (or its Hugging Face config) given to `golden --spec`: exit 0, 1 or
+    2 within the bounds, and a refusal leaves nothing, a success whole files."""
+    hf_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf")
+    path, desc = case_file_mutation(rng, fixtures, hf_dir, scratch, index)
+    out = os.path.join(scratch, f"case{index}.out")
+    rc, secs, rss, err = run_measured(tool, ["golden", "--spec", path, "--out", out,
+                                             "--max-gib", "1"])
+    problem = run_problem(rc, err) or refused_or_whole(rc, out)
+    if not problem:
+        shutil.rmtree(out, ignore_errors=True)
+        for p in (path, path[:-len(".json")] + ".hf.json"):
+            if os.path.exists(p):
+                os.unlink(p)
+    return {"index": index, "seed": seed, "base": "case file", "target": "case",
+            "family": "structure", "mutation": desc,
+            "runs": [{"run": "golden --spec", "rc": rc if rc != "timeout" else -999,
+                      "seconds": secs, "rss_kib": rss, "problem": problem,
+                      "stderr": err.strip()[-200:]}]}
+
+
+def run_problem(rc, err):
+    """What is wrong with any run's ending, or "": a signal, a hang, an exit other than 0, 1 or
+    2, a bare allocation failure, a refusal without a message."""
+    if rc == "timeout":
+        return f"no verdict within {TIMEOUT_S} s"
+    if rc < 0:
+        return f"killed by signal {-rc}"
+    if rc not in (0, 1, 2):
+        return f"exit {rc}"
+    if "bad_alloc" in err or "cannot allocate" in err.lower():
+        return "an allocation failed (unbounded?)"
+    if rc == 2 and "dsv32" not in err and "Run with --help" not in err:
+        return "exit 2 without a message"
+    return ""
+
+
 def one_case(tool, fixtures, scratch, seed, index, candidates, contents):
     rng = random.Random(f"{seed}/{index}")
     base = rng.choice(BASES)
     ref = os.path.join(fixtures, base + ".h5")
     cand = candidates[base]
-    target = rng.choice(["golden", "golden", "candidate"])
+    target = rng.choice(["golden", "golden", "candidate", "candidate", "case"])
+    if target == "case":
+        return case_file_case(tool, fixtures, scratch, seed, index, rng)
     family = rng.choice(["bytes", "bytes", "structure"])
     mut = os.path.join(scratch, f"case{index}.h5")
     shutil.copy(cand if target == "candidate" else ref, mut)
@@ -395,6 +457,11 @@ def one_case(tool, fixtures, scratch, seed, index, candidates, contents):
             desc, may_pass = flip_bytes(rng, mut), None
         elif target == "golden":
             desc, may_pass = golden_mutation(rng, mut)
+        elif rng.random() < 0.3:  # never passes, in whichever layer it lands
+            with h5py.File(mut, "r+") as f:
+                desc, may_pass = malformed_topk_row(rng, f, dsv32.read_golden(ref)), False
+            if desc is None:
+                raise ValueError("no top-k row can be made malformed")
         else:
             desc, may_pass = candidate_mutation(rng, mut)
     except Exception as e:  # noqa: BLE001 h5py could not make this mutation: a flip instead
@@ -410,22 +477,17 @@ def one_case(tool, fixtures, scratch, seed, index, candidates, contents):
     results = []
     for what, args in runs:
         rc, secs, rss, err = run_measured(tool, args)
-        problem = ""
-        if rc == "timeout":
-            problem = f"no verdict within {TIMEOUT_S} s"
-        elif rc < 0:
-            problem = f"killed by signal {-rc}"
-        elif rc not in (0, 1, 2):
-            problem = f"exit {rc}"
-        elif "bad_alloc" in err or "cannot allocate" in err.lower():
-            problem = "an allocation failed (unbounded?)"
-        elif rc == 2 and "dsv32" not in err and "Run with --help" not in err:
-            problem = "exit 2 without a message"
+        problem = run_problem(rc, err)
+        if problem:
+            pass
         elif rc == 0 and family == "structure" and may_pass is False and what != "diff":
             problem = "passed a mutation that changes what is judged"
         elif rc == 0 and family == "bytes" and what == "check":
-            try:
-                same = content(mut) == contents[base]
+            try:  # both sides read the same way: h5py's view, or where it fails the package's
+                try:
+                    same = h5py_content(mut) == contents[base]
+                except (RuntimeError, OSError, KeyError):
+                    same = package_content(mut) == package_content(ref)
             except Exception:  # noqa: BLE001
                 same = False
             if not same:
@@ -457,7 +519,7 @@ def main():
     for b in BASES:
         candidates[b] = os.path.join(a.scratch, f"{b}.candidate.h5")
         make_candidate(os.path.join(a.fixtures, b + ".h5"), candidates[b])
-        contents[b] = content(os.path.join(a.fixtures, b + ".h5"))
+        contents[b] = h5py_content(os.path.join(a.fixtures, b + ".h5"))
     indices = [a.only] if a.only is not None else list(range(a.cases))
     print(f"fuzz_inputs: seed {a.seed}, {len(indices)} cases, {a.jobs} at a time "
           f"(replay one: --seed {a.seed} --only I)", flush=True)
@@ -488,7 +550,7 @@ def main():
     print(f"\n{'family':<10} {'target':<10} {'cases':>6} {'exit 0':>7} {'exit 1':>7} "
           f"{'exit 2':>7} {'problems':>9}")
     for fam in ("bytes", "structure"):
-        for tgt in ("golden", "candidate"):
+        for tgt in ("golden", "candidate", "case"):
             cs = [c for c in done if c["family"] == fam and c["target"] == tgt]
             rs = [r for c in cs for r in c["runs"]]
             print(f"{fam:<10} {tgt:<10} {len(cs):>6} "

@@ -8,88 +8,19 @@ usage: test_bad_input.py FIXTURES_DIR SCRATCH_DIR   (DSV32_TOOL names the dsv32 
 Exit 77 (a ctest skip) without numpy or h5py."""
 import json
 import os
-import resource
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bad_input_tool import (DEFAULT, FIXTURES, SCRATCH, TOOL, bounded, copy, edit,  # noqa: E402
+                            expect, poke, set_config, tool)
 from checklist import check, finish  # noqa: E402
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"skipped: {e} (install python3-h5py and python3-numpy)")
-    sys.exit(77)
-
-FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]
-TOOL = os.environ.get("DSV32_TOOL", "dsv32")
-shutil.rmtree(SCRATCH, ignore_errors=True)
-os.makedirs(SCRATCH)
-MEMORY = 4 << 30
-
-
-def bounded(fsize=None):
-    def limits():
-        if not os.environ.get("DSV32_NO_MEMORY_LIMIT"):  # sanitizer builds reserve terabytes
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if fsize is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-    return limits
-
-
-def tool(*args, fsize=None, timeout=60):
-    """(exit code or -signal, stdout + stderr) of one bounded run."""
-    try:
-        p = subprocess.run([TOOL] + [str(a) for a in args], capture_output=True, timeout=timeout,
-                           preexec_fn=bounded(fsize), stdin=subprocess.DEVNULL)
-        return p.returncode, (p.stdout + p.stderr).decode(errors="replace")
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"") + (e.stderr or b"")
-        return "timeout", out.decode(errors="replace")
-
-
-def expect(name, result, rc, *words):
-    code, out = result
-    missing = [w for w in words if w not in out]
-    check(name, code == rc and not missing,
-          f"exit {code} (want {rc}); missing {missing!r} in: {out.strip()[-600:]!r}")
-
-
-def copy(base, name):
-    p = os.path.join(SCRATCH, name + ".h5")
-    shutil.copy(os.path.join(FIXTURES, base + ".h5"), p)
-    return p
-
-
-def edit(path, fn):
-    with h5py.File(path, "r+") as f:
-        fn(f)
-    return path
-
-
-def set_config(path, key, value):
-    def fn(f):
-        cfg = json.loads(f.attrs["config"])
-        cfg[key] = value
-        f.attrs["config"] = json.dumps(cfg)
-    return edit(path, fn)
-
-
-def poke(f, name, index, value):
-    d = f[name]
-    a = d[()]
-    a.reshape(-1)[index] = value
-    d[...] = a
-
-
-DEFAULT = os.path.join(FIXTURES, "default.h5")
+import h5py  # noqa: E402  (bad_input_tool has made sure of both)
+import numpy as np  # noqa: E402
 
 # 1. An Inf in a reference golden's expected tensor turned its gate off.
 inf = edit(copy("default", "inf-expected"),

@@ -371,6 +371,15 @@ TEST_F(GoldenFiles, ACrashOrRefusalInsideTheReaderIsContained) {
   } catch (const h5::GoldenError& e) {
     EXPECT_STREQ(e.what(), "x.h5:/steps: what the child said");
   }
+  // A message longer than a pipe holds once blocked the child, whose silence was then
+  // reported as a hang in the library.
+  try {
+    h5::contain(
+        p, [] { throw h5::GoldenError("x.h5: " + std::string(1 << 20, 'm')); }, 1 << 30);
+    FAIL() << "a long refusal in the child was not reported";
+  } catch (const h5::GoldenError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("x.h5: mmm", 0), 0u) << std::string(e.what(), 80);
+  }
 #if !defined(__SANITIZE_ADDRESS__)
   try {
     h5::contain(

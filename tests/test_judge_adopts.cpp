@@ -65,7 +65,7 @@ TEST(JudgeAdopts, BothTiersReadBackCodes) {
       for (const LayerTrace& lt : st.layers) {
         const Tensor& c = lt.at("c");
         for (std::int64_t t = 0; t < c.shape.at(0); ++t) {
-          const DsMlaCodes codes = ds_mla_codes({c.data.data() + t * L, std::size_t(L)});
+          const DsMlaGrid codes = ds_mla_grid({c.data.data() + t * L, std::size_t(L)});
           ASSERT_EQ(codes.off_grid, -1)
               << "row " << t << " value " << c.data[t * L + codes.off_grid];
         }

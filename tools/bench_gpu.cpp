@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "dsv32/golden/files.hpp"
+#include "dsv32/oracle/config.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
 #if DSV32_HAVE_CUDA
@@ -60,6 +61,13 @@ struct Options {
   // The stack's switches (gpu::StackOptions), for A/B runs; recorded in every JSON.
   bool pdl = true, overlap = true, index_mma = true, topk_bins = true;
 };
+
+/// The largest --decode batch.
+int largest_batch(const Options& o) {
+  int m = 1;
+  for (int n : o.decode) m = std::max(m, n);
+  return m;
+}
 
 #if DSV32_HAVE_CUDA
 gpu::StackOptions stack_options(const Options& o) {
@@ -376,13 +384,6 @@ Config stack_config(const Options& o) {
   cfg.index_topk_pattern = std::string(static_cast<std::size_t>(o.layers), 'F');
   cfg.validate();
   return cfg;
-}
-
-/// The largest --decode batch.
-int largest_batch(const Options& o) {
-  int m = 1;
-  for (int n : o.decode) m = std::max(m, n);
-  return m;
 }
 
 /// Cache blocks for the largest batch's requests at --context tokens (and one new token) each.
@@ -754,6 +755,24 @@ int run(const Options& o) {
                "dsv32 bench-gpu: --per-op, --ablate, --memory and --dispatch-us are different "
                "benchmarks; give one\n");
     return kExitUsage;
+  }
+  {
+    // The largest batch's cache in every layer at once (bf16 latent and rope, fp8 indexer keys
+    // with their scales), and the host's weights (doubles) at the deepest stack timed: each
+    // flag is bounded alone, their product is refused here, before any work, when it could fit
+    // on no GPU of today (1 TiB) or on the host (1 TiB).
+    const Config cfg = preset(o.preset);
+    const int layers = std::max(o.layers, o.dispatch_us.empty() ? 0 : o.whatif_layers);
+    const double tokens = static_cast<double>(largest_batch(o)) * (o.context + 1);
+    refuse_over(
+        "bench-gpu",
+        fmt::format("--decode {} x --context {} x {} layers", largest_batch(o), o.context, layers),
+        tokens * layers *
+            (2.0 * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) + cfg.index_head_dim + 4),
+        1024, " of device memory");
+    refuse_over("bench-gpu", fmt::format("{} layers of {} weights on the host", layers, o.preset),
+                8.0 * layers * static_cast<double>(cfg.layer_weight_count()), 1024,
+                " of host memory");
   }
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_device_reason(); !why.empty()) {

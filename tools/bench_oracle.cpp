@@ -26,6 +26,7 @@ struct Options {
   std::vector<std::string> modes = {"exact", "emulated"};
   int repeats = 1;
   std::string json;
+  double max_gib = 16;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -88,7 +89,23 @@ std::vector<std::pair<std::string, double>> op_flops(const Config& c, const Step
           {"o_proj", 2 * T * H * dv * D}};
 }
 
+/// The largest decode case's cache, one oracle's (doubles): refused over --max-gib before the
+/// weights are made.
+void check_sizes(const Options& o) {
+  Config cfg = preset(o.preset);
+  int batch = 1;
+  for (int n : o.decode) batch = std::max(batch, n);
+  const double tokens = static_cast<double>(batch) * (o.context + 1) + o.prefill;
+  const double per_token =
+      8.0 * (cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim + 1 + cfg.hidden_size);
+  refuse_over(
+      "bench-oracle",
+      fmt::format("--decode {} x --context {} ({} cached tokens)", batch, o.context, tokens),
+      tokens * per_token, o.max_gib, " (--max-gib)");
+}
+
 void run(const Options& o) {
+  check_sizes(o);
   keep_freed_memory();  // CPU-only benchmark: see docs/DECISIONS.md (not with CUDA in the process)
   Config cfg = preset(o.preset);
   cfg.num_layers = 1;
@@ -193,6 +210,9 @@ void add_bench_oracle(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--repeats", o->repeats, "Timed steps per case")->check(int_in(1, 100000));
   sub->add_option("--json", o->json, "Also write the results as JSON")->check(kOutputFile);
+  sub->add_option("--max-gib", o->max_gib, "Refuse sizes whose cache needs more memory")
+      ->check(positive_up_to(1 << 20))
+      ->capture_default_str();
   sub->callback([o, &exit_code] {
     run(*o);
     exit_code = kExitPass;

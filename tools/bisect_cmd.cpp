@@ -106,12 +106,16 @@ void add_bisect(CLI::App& app, int& exit_code) {
       "bisect", "Name the op whose move across the eager boundary breaks a plan");
   sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")
       ->check(kInputFile);
-  sub->add_option("--case", o->case_name, "A registry case, generated now (e.g. mutant-bait)");
+  sub->add_option("--case", o->case_name, "A registry case, generated now (e.g. mutant-bait)")
+      ->check(kRegistryCase);
   sub->add_option("--plan", o->plan, "The plan that misbehaves")->capture_default_str();
   sub->add_option("--mutant", o->mutant, "Switch on a mutant of BOUNDARIES.md section 4");
   sub->add_flag("--all-mutants", o->all_mutants, "Bisect every mutant in turn (a table)");
   sub->add_option("--json", o->json, "Also write the results as JSON")->check(kOutputFile);
-  sub->callback([o, &exit_code] { exit_code = run(*o); });
+  sub->callback([o, &exit_code] {
+    refuse_output_over_input("bisect", o->json, {o->golden});
+    exit_code = run(*o);
+  });
 }
 
 }  // namespace dsv32::tools

@@ -3,9 +3,12 @@
 
 #include <CLI/CLI.hpp>
 #include <exception>
+#include <filesystem>
+#include <initializer_list>
 #include <string>
 
 #include "dsv32/golden/files.hpp"
+#include "dsv32/golden/golden.hpp"
 
 namespace dsv32::tools {
 
@@ -23,6 +26,7 @@ inline const CLI::Validator kInputFile(
 /// before the work starts, so a long job cannot end in an output it could never write.
 inline const CLI::Validator kOutputFile(
     [](std::string& path) {
+      if (path.empty()) return std::string("an empty path names no file");
       try {
         files::require_writable_location(path);
       } catch (const files::WriteError& e) {
@@ -31,6 +35,19 @@ inline const CLI::Validator kOutputFile(
       return std::string();
     },
     "FILE");
+
+/// A case of the registry (golden::find_case), checked when the command line is parsed: an
+/// unknown name is refused, listing the known ones, before any work.
+inline const CLI::Validator kRegistryCase(
+    [](std::string& name) {
+      try {
+        golden::find_case(name);
+      } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    },
+    "CASE");
 
 /// An integer option in [lo, hi]: "'two' is not an integer", "0 is outside [1, 1000]".
 inline CLI::Validator int_in(long long lo, long long hi) {
@@ -66,6 +83,30 @@ inline CLI::Validator positive_up_to(double hi) {
         return std::string();
       },
       "NUMBER in (0, " + std::to_string(hi) + "]");
+}
+
+/// Refuses (before any work) an output that is one of the command's inputs: the same file by
+/// device and inode, a link to it included. Writing it would destroy what the command reads.
+inline void refuse_output_over_input(const std::string& command, const std::string& output,
+                                     std::initializer_list<std::string> inputs) {
+  if (output.empty()) return;
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (!in.empty() && std::filesystem::equivalent(output, in, ec) && !ec)
+      throw CLI::ValidationError(command, output + " is also an input (" + in +
+                                              "): writing it would overwrite what is read");
+  }
+}
+
+/// Refuses, before any work, a product of in-range sizes that needs more than `max_gib` GiB
+/// (each flag is bounded alone; their product is not): `what` names the flags and their values.
+inline void refuse_over(const std::string& command, const std::string& what, double bytes,
+                        double max_gib, const std::string& raise_with) {
+  if (bytes <= max_gib * double(1ull << 30)) return;
+  throw CLI::ValidationError(
+      command, what + " needs about " +
+                   std::to_string(static_cast<long long>(bytes / (1ull << 30))) + " GiB, over " +
+                   std::to_string(static_cast<long long>(max_gib)) + " GiB" + raise_with);
 }
 
 void add_selfcheck(CLI::App& app, int& exit_code);

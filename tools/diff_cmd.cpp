@@ -98,7 +98,10 @@ void add_diff(CLI::App& app, int& exit_code) {
   sub->add_option("--max-gib", o->max_gib, "Refuse files whose tensors need more memory")
       ->check(positive_up_to(1 << 20))
       ->capture_default_str();
-  sub->callback([o, &exit_code] { exit_code = run(*o); });
+  sub->callback([o, &exit_code] {
+    refuse_output_over_input("diff", o->json, {o->candidate, o->reference});
+    exit_code = run(*o);
+  });
 }
 
 }  // namespace dsv32::tools

@@ -135,6 +135,12 @@ int generate(const Options& o) {
             "golden", "case " + todo[i].name + " is asked for twice (--case, --spec or --all)");
   if (todo.empty())
     throw CLI::ValidationError("golden", "give --case NAME, --spec FILE, --all or --list");
+  // A case file in --out named as one of its own outputs would be overwritten by it.
+  for (std::size_t i = first_spec; i < todo.size(); ++i)
+    for (const char* ext : {".h5", ".candidate.json"})
+      refuse_output_over_input("golden",
+                               (std::filesystem::path(o.out) / (todo[i].name + ext)).string(),
+                               {o.specs[i - first_spec]});
   // What each case will cost, before any starts; a case over the bound is refused.
   for (const golden::CaseSpec& spec : todo) {
     const golden::CaseEstimate e = golden::estimate(spec);
@@ -217,18 +223,21 @@ int generate(const Options& o) {
 void add_golden(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("golden", "List or generate HDF5 golden files");
-  sub->add_flag("--list", o->list, "List the registry's cases");
-  sub->add_option("--case", o->cases, "Generate this case (repeatable)");
-  sub->add_option("--spec", o->specs,
-                  "Generate the case of this case file (repeatable; docs/CASES.md), with the "
-                  "skeleton of a candidate for it")
-      ->check(kInputFile);
+  CLI::Option* list_opt = sub->add_flag("--list", o->list, "List the registry's cases");
+  CLI::Option* cases =
+      sub->add_option("--case", o->cases, "Generate this case (repeatable)")->check(kRegistryCase);
+  CLI::Option* specs =
+      sub->add_option("--spec", o->specs,
+                      "Generate the case of this case file (repeatable; docs/CASES.md), with the "
+                      "skeleton of a candidate for it")
+          ->check(kInputFile);
   sub->add_option("--max-gib", o->max_gib,
                   "Refuse a case whose estimated memory (or, with --check, a file whose tensors) "
                   "exceeds this many GiB")
       ->check(positive_up_to(1 << 20))
       ->capture_default_str();
-  sub->add_flag("--all", o->all, "Generate every committed case and MANIFEST.json");
+  CLI::Option* all =
+      sub->add_flag("--all", o->all, "Generate every committed case and MANIFEST.json");
   sub->add_option("--out", o->out, "Output directory (created when missing)")
       ->check(CLI::Validator(
           [](std::string& dir) {
@@ -241,11 +250,17 @@ void add_golden(CLI::App& app, int& exit_code) {
       ->default_val(".");
   sub->add_option("--generator", o->generator,
                   "Generator attribute to record (default: this build)");
-  sub->add_option("--check", o->check,
-                  "Recompute these golden files' expected tensors from their own config, weights "
-                  "and inputs and compare (pass: the same bits, or within TESTING.md's gates)")
-      ->check(kInputFile);
-  sub->add_flag("--bitwise", o->bitwise, "With --check: pass only on the same bits");
+  CLI::Option* check_opt =
+      sub->add_option(
+             "--check", o->check,
+             "Recompute these golden files' expected tensors from their own config, weights "
+             "and inputs and compare (pass: the same bits, or within TESTING.md's gates)")
+          ->check(kInputFile);
+  sub->add_flag("--bitwise", o->bitwise, "With --check: pass only on the same bits")
+      ->needs(check_opt);
+  // One job a run: listing, checking and generating are never silently preferred to another.
+  list_opt->excludes(cases)->excludes(specs)->excludes(all)->excludes(check_opt);
+  check_opt->excludes(cases)->excludes(specs)->excludes(all);
   sub->callback([o, &exit_code] {
     exit_code = o->list ? list() : !o->check.empty() ? check(*o) : generate(*o);
   });

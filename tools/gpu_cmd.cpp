@@ -84,7 +84,10 @@ void add_gpu(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file")
       ->check(kOutputFile);
-  sub->callback([o, &exit_code] { exit_code = run(*o); });
+  sub->callback([o, &exit_code] {
+    refuse_output_over_input("gpu", o->dump, {o->golden});
+    exit_code = run(*o);
+  });
 }
 
 }  // namespace dsv32::tools

@@ -39,6 +39,7 @@ nlohmann::json ratio_json(double r) {
 }
 
 int run(const Options& o) {
+  refuse_output_over_input("judge", o.json, {o.candidate, o.golden});
   golden::ReadLimits limits;
   limits.max_bytes = o.max_gib * (1ull << 30);
   const golden::GoldenCase gc = golden::read(o.golden, limits);

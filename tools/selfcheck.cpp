@@ -207,7 +207,9 @@ std::vector<Verdict> run(const Options& o) {
 void add_selfcheck(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Options>();
   CLI::App* sub = app.add_subcommand("selfcheck", "Verdict table for the default scenario");
-  sub->add_option("--scenario", o->scenario, "Registry case to judge")->capture_default_str();
+  sub->add_option("--scenario", o->scenario, "Registry case to judge")
+      ->check(kRegistryCase)
+      ->capture_default_str();
   sub->add_option("--fixtures", o->fixtures, "Directory of committed goldens")
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
@@ -218,7 +220,7 @@ void add_selfcheck(CLI::App& app, int& exit_code) {
       ->check([](const std::string& m) {
         const auto& names = boundary::mutant_names();
         return std::find(names.begin(), names.end(), m) == names.end()
-                   ? "unknown mutant '" + m + "'"
+                   ? fmt::format("unknown mutant '{}' (known: {})", m, fmt::join(names, ", "))
                    : std::string();
       });
   sub->callback([o, &exit_code] {

@@ -55,12 +55,19 @@ struct At {
     if (!v.is_number_integer() &&
         !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
       fail("expected an integer, got " + got());
-    const long long n =
-        v.is_number_integer() ? v.get<long long>() : static_cast<long long>(v.get<double>());
-    if (n < lo || n > hi)
+    // The range is checked in the value's own type: 1e19 or 2^64 - 1 converted first would
+    // wrap and be reported as a negative number.
+    const bool in_range =
+        v.is_number_unsigned()
+            ? v.get<unsigned long long>() <= static_cast<unsigned long long>(hi) &&
+                  (lo <= 0 || v.get<unsigned long long>() >= static_cast<unsigned long long>(lo))
+        : v.is_number_float() ? v.get<double>() >= static_cast<double>(lo) &&
+                                    v.get<double>() <= static_cast<double>(hi)
+                              : v.get<long long>() >= lo && v.get<long long>() <= hi;
+    if (!in_range)
       fail("expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-           std::to_string(n));
-    return n;
+           got());
+    return v.is_number_float() ? static_cast<long long>(v.get<double>()) : v.get<long long>();
   }
   double number() const {
     if (!v.is_number()) fail("expected a number, got " + got());
@@ -379,10 +386,9 @@ CaseSpec read_case_file(const std::string& path, const CaseLimits& limits) {
 CaseEstimate estimate(const CaseSpec& spec) {
   const Config& c = spec.cfg;
   const double D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank, L = c.kv_lora_rank,
-               dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim,
-               HI = c.index_n_heads, dI = c.index_head_dim, K = c.index_topk;
-  const double weights = (Rq + L + dr) * D + H * (dn + dr) * Rq + H * (dn + dv) * L + D * H * dv +
-                         HI * dI * Rq + (dI + HI) * D;
+               dr = c.qk_rope_head_dim, dv = c.v_head_dim, HI = c.index_n_heads,
+               dI = c.index_head_dim, K = c.index_topk;
+  const double weights = c.layer_weight_count();
   const double slots = static_cast<double>(spec.num_blocks) * c.block_size;
   CaseEstimate e;
   // Weights in double, twice (the case and each oracle's shared copy), and two oracles' caches.

@@ -1,5 +1,6 @@
 #include "dsv32/golden/h5.hpp"
 
+#include <fcntl.h>
 #include <hdf5.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -491,10 +492,20 @@ void contain(const std::string& path, const std::function<void()>& parse, double
     ::_exit(code);
   }
   ::close(fds[1]);
+  // The child's message is drained while it runs: one longer than the pipe holds would block
+  // its write, and its silence would then read as a hang in the library.
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  std::string message;
+  const auto drain = [&] {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+      if (message.size() < (std::size_t{1} << 16)) message.append(buf, static_cast<std::size_t>(n));
+  };
   int status = 0;
   bool timed_out = false;
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
+    drain();
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
     if (r < 0 && errno != EINTR) break;
@@ -506,9 +517,7 @@ void contain(const std::string& path, const std::function<void()>& parse, double
     }
     ::usleep(2000);
   }
-  std::string message;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, n);
+  drain();
   ::close(fds[0]);
   if (timed_out)
     throw GoldenError(path + ": the HDF5 library gave no answer in " +

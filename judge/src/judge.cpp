@@ -47,7 +47,7 @@ void check_cache_codes(Judgement& j, const Config& cfg, const StepInput& in, int
   const std::int64_t L = cfg.kv_lora_rank;
   for (int t = 0; t < in.num_tokens && t < c.shape.at(0); ++t) {
     if (in.slots[t] < 0) continue;
-    const DsMlaCodes codes = ds_mla_codes({c.data.data() + t * L, static_cast<std::size_t>(L)});
+    const DsMlaGrid codes = ds_mla_grid({c.data.data() + t * L, static_cast<std::size_t>(L)});
     if (codes.off_grid < 0) continue;
     std::ostringstream why;
     why.precision(9);

@@ -234,4 +234,12 @@ std::string topk_pattern_from_vllm(int num_layers, int freq, int offset) {
   return p;
 }
 
+double Config::layer_weight_count() const {
+  const double D = hidden_size, H = num_heads, Rq = q_lora_rank, L = kv_lora_rank,
+               dn = qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim, HI = index_n_heads,
+               dI = index_head_dim;
+  return qkv_a_rows() * D + H * (dn + dr) * Rq + H * (dn + dv) * L + D * H * dv + HI * dI * Rq +
+         (dI + HI) * D;
+}
+
 }  // namespace dsv32

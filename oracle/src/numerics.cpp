@@ -88,22 +88,20 @@ std::vector<double> ds_mla_roundtrip(std::span<const double> latent) {
   return out;
 }
 
-DsMlaCodes ds_mla_codes(std::span<const double> readback) {
-  DsMlaCodes out;
-  out.values.resize(readback.size());
+DsMlaGrid ds_mla_grid(std::span<const double> readback) {
+  DsMlaGrid out;
   for (std::size_t t0 = 0; t0 < readback.size(); t0 += kDsMlaTile) {
     const std::size_t t1 = std::min(readback.size(), t0 + kDsMlaTile);
     double amax = 0.0;
     for (std::size_t i = t0; i < t1; ++i) amax = std::max(amax, std::fabs(readback[i]));
     const float s = ds_mla_tile_scale(amax);
     for (std::size_t i = t0; i < t1; ++i) {
-      // A stored bf16 read-back, or a scale off by an fp32 rounding, moves a code by at most
-      // 2^-6 of its spacing; an unquantized value lands anywhere between two codes.
       const double x = readback[i] / s, code = round_e4m3(x);
       const double spacing = std::min(e4m3_quantum(code), e4m3_quantum(code * (1 - 0x1p-10)));
-      if (!(std::fabs(x - code) <= spacing / 8) && out.off_grid < 0)
+      if (!(std::fabs(x - code) <= spacing / 8)) {
         out.off_grid = static_cast<std::ptrdiff_t>(i), out.scale = s, out.nearest = code * s;
-      out.values[i] = static_cast<float>(code) * s;
+        return out;
+      }
     }
   }
   return out;

@@ -133,16 +133,13 @@ StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace, bool 
       const Tensor* c = trace.layers.at(l).find("c");
       if (!c) continue;
       const Eigen::Index rows = c->shape.at(0), cols = cfg.kv_lora_rank;
-      Mat m(rows, cols);
-      for (Eigen::Index r = 0; r < rows; ++r) {
-        const DsMlaCodes codes = ds_mla_codes({c->data.data() + r * cols, std::size_t(cols)});
-        if (codes.off_grid >= 0)
+      for (Eigen::Index r = 0; r < rows; ++r)
+        if (const DsMlaGrid g = ds_mla_grid({c->data.data() + r * cols, std::size_t(cols)});
+            g.off_grid >= 0)
           throw ScenarioError("latent to follow, layer " + std::to_string(l) + " row " +
-                              std::to_string(r) + " column " + std::to_string(codes.off_grid) +
+                              std::to_string(r) + " column " + std::to_string(g.off_grid) +
                               ": not an fp8_ds_mla code times its tile's scale");
-        m.row(r) = Eigen::Map<const Eigen::RowVectorXd>(codes.values.data(), cols);
-      }
-      o.latent_override[l] = std::move(m);
+      o.latent_override[l] = Eigen::Map<const Mat>(c->data.data(), rows, cols);
     }
   }
   return o;

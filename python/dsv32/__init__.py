@@ -11,9 +11,9 @@ is docs/CANDIDATE.md; judging is `dsv32 judge` (TESTING.md's rules), found as $D
 PATH, or in this checkout's build folders.
 """
 from .formats import bf16_bits, bf16_values, e4m3_values
-from .golden import Golden, Step, read_golden
+from .golden import Golden, GoldenFileError, Step, read_golden
 from .candidate import write_candidate
 from .verdict import JudgeError, Verdict, judge
 
-__all__ = ["Golden", "Step", "read_golden", "write_candidate", "judge", "Verdict",
-           "JudgeError", "bf16_bits", "bf16_values", "e4m3_values"]
+__all__ = ["Golden", "GoldenFileError", "Step", "read_golden", "write_candidate", "judge",
+           "Verdict", "JudgeError", "bf16_bits", "bf16_values", "e4m3_values"]

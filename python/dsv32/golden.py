@@ -1,10 +1,27 @@
-"""Reading a golden file (GOLDEN.md) into numpy arrays."""
+"""Reading a golden file (GOLDEN.md) into numpy arrays, as strictly as `dsv32` reads one: only a
+regular file is opened (a FIFO would block), steps are exactly step0..step{n-1}, every dataset's
+size is bounded before it is read, the config is strict JSON, and a NaN or an Inf in a golden's
+tensors is refused, naming the dataset (docs/BAD_INPUT.md)."""
 import json
+import math
+import os
+import re
+import stat
 from dataclasses import dataclass, field
 
 import h5py
+import numpy as np
 
 from .formats import decode
+
+
+class GoldenFileError(ValueError):
+    """A golden file this package refuses: the message names the file and the dataset."""
+
+
+# Bytes of decoded tensors one read may hold (float64): a lazily allocated dataset of a few
+# bytes on disk can declare terabytes.
+MAX_BYTES = 16 << 30
 
 
 @dataclass
@@ -31,32 +48,127 @@ class Golden:
     steps: list
 
 
-def _tensors(group, prefix=""):
-    out = {}
-    for name, item in group.items():
-        if isinstance(item, h5py.Group):
-            out.update(_tensors(item, f"{prefix}{name}/"))
-        else:
-            out[prefix + name] = decode(item)
-    return out
+def require_regular_file(path):
+    """Raises GoldenFileError unless `path` is a regular file (after links); opens it without
+    blocking, so a FIFO is named rather than waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise GoldenFileError(f"{path}: {e.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+        raise GoldenFileError(f"{path}: is {kind}, not a regular file")
 
 
-def read_golden(path):
+def _strict_json(text, where):
+    """JSON with no duplicate key and no NaN/Infinity literal."""
+    def pairs(items):
+        out = {}
+        for k, v in items:
+            if k in out:
+                raise GoldenFileError(f"{where}: key {k!r} given twice")
+            out[k] = v
+        return out
+
+    def constant(name):
+        raise GoldenFileError(f"{where}: {name} is not a JSON number")
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except (ValueError, RecursionError) as e:
+        if isinstance(e, GoldenFileError):
+            raise
+        raise GoldenFileError(f"{where}: not JSON: {e}") from None
+
+
+class _Reader:
+    def __init__(self, path, max_bytes):
+        self.path, self.left = path, max_bytes
+
+    def tensor(self, d, finite):
+        if not isinstance(d, h5py.Dataset):
+            raise GoldenFileError(f"{self.path}:{d.name}: a group where a dataset belongs")
+        need = 8 * math.prod(d.shape or (1,))
+        if need > self.left:
+            raise GoldenFileError(f"{self.path}:{d.name}: shape {d.shape} needs {need} bytes, "
+                                  f"over what is left of the read's bound ({self.left})")
+        self.left -= need
+        try:
+            a = decode(d)
+        except (KeyError, ValueError) as e:
+            raise GoldenFileError(f"{self.path}:{d.name}: {e}") from None
+        if finite and a.dtype.kind == "f" and not np.isfinite(a).all():
+            i = np.unravel_index(int(np.flatnonzero(~np.isfinite(a))[0]), a.shape)
+            raise GoldenFileError(f"{self.path}:{d.name}: {a[i]} at {tuple(map(int, i))}")
+        return a
+
+    def tensors(self, group, finite, prefix=""):
+        out = {}
+        for name, item in group.items():
+            if isinstance(item, h5py.Group):
+                out.update(self.tensors(item, finite, f"{prefix}{name}/"))
+            else:
+                out[prefix + name] = self.tensor(item, finite)
+        return out
+
+
+def _steps(f, path):
+    """The step groups, exactly step0..step{n-1}: a gap or a stray member is named."""
+    if "steps" not in f:
+        return []
+    names = list(f["steps"].keys())
+    numbers = []
+    for n in names:
+        m = re.fullmatch(r"step(0|[1-9][0-9]{0,8})", n)
+        if not m:
+            raise GoldenFileError(f"{path}:/steps/{n}: not a step (step0, step1, ...)")
+        numbers.append(int(m.group(1)))
+    numbers.sort()
+    for want, got in enumerate(numbers):
+        if want != got:
+            raise GoldenFileError(f"{path}:/steps/step{want}: missing group (step{got} exists; "
+                                  "steps run in order)")
+    return [f[f"steps/step{s}"] for s in numbers]
+
+
+def _capture_size(g, path):
+    v = g["inputs"].attrs.get("capture_size")
+    if isinstance(v, np.ndarray) and v.shape == ():
+        v = v[()]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise GoldenFileError(f"{path}:{g.name}/inputs: capture_size is {v!r}, not an integer")
+    return int(v)
+
+
+def read_golden(path, max_bytes=MAX_BYTES):
     """Every tensor of a golden file, decoded (bf16 and e4m3 to their values)."""
-    with h5py.File(path, "r") as f:
-        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-        config = json.loads(attrs["config"])
-        weights = [_tensors(f["weights"][f"layer{l}"]) for l in range(config["num_layers"])]
-        steps = []
-        s = 0
-        while f"steps/step{s}" in f:
-            g = f[f"steps/step{s}"]
-            inputs = _tensors(g["inputs"])
-            step = Step(inputs, int(g["inputs"].attrs["capture_size"]))
-            if "expected" in g:
-                step.expected = _tensors(g["expected"])
-            if "emulated" in g:
-                step.emulated = _tensors(g["emulated"])
-            steps.append(step)
-            s += 1
+    require_regular_file(path)
+    r = _Reader(path, max_bytes)
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            if not isinstance(attrs.get("config"), str):
+                raise GoldenFileError(f"{path}: no config attribute (a JSON string)")
+            config = _strict_json(attrs["config"], f"{path}: config")
+            layers = config.get("num_layers") if isinstance(config, dict) else None
+            if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 1024:
+                raise GoldenFileError(f"{path}: config num_layers is {layers!r}, not an integer "
+                                      "in [1, 1024]")
+            weights = [r.tensors(f["weights"][f"layer{l}"], True) for l in range(layers)]
+            steps = []
+            for g in _steps(f, path):
+                step = Step(r.tensors(g["inputs"], True), _capture_size(g, path))
+                if "expected" in g:
+                    step.expected = r.tensors(g["expected"], True)
+                if "emulated" in g:
+                    step.emulated = r.tensors(g["emulated"], True)
+                steps.append(step)
+    except KeyError as e:
+        raise GoldenFileError(f"{path}: missing {e}") from None
+    except OSError as e:
+        raise GoldenFileError(f"{path}: not a readable HDF5 file: {e}") from None
     return Golden(path, attrs, config, weights, steps)

@@ -86,6 +86,8 @@ struct Config {
   bool is_full_layer(int l) const { return index_topk_pattern.at(l) == 'F'; }
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   int qkv_a_rows() const { return q_lora_rank + kv_lora_rank + qk_rope_head_dim; }
+  /// Weights of one F layer (the MLA projections and the indexer's), as a count of values.
+  double layer_weight_count() const;
   /// Floats in one MLA cache entry: latent then rope part.
   int kv_entry_dim() const { return kv_lora_rank + qk_rope_head_dim; }
   /// A copy with num_heads restricted to one of `tp` equal shards (the indexer is replicated).

@@ -67,16 +67,16 @@ float ds_mla_tile_scale(double amax);
 /// the read-back value * scale in fp32. This is the model's quantizer, the same in both modes.
 std::vector<double> ds_mla_roundtrip(std::span<const double> latent);
 
-/// A latent row read back from an fp8_ds_mla cache, as the codes it holds: each tile's scale
-/// recovered from its largest magnitude (the code 448 times the scale), each value snapped to its
-/// code times that scale in fp32, as the model reads it back.
-struct DsMlaCodes {
-  std::vector<double> values;
-  /// The first column whose value is no e4m3 code times its tile's scale (more than an eighth of
-  /// the grid's spacing there away from one: a latent that was never quantized), else -1.
+/// Whether a latent row read back from an fp8_ds_mla cache holds codes: each tile's scale is
+/// recovered from its largest magnitude (the code 448 times the scale), and every value must be
+/// an e4m3 code times that scale, within an eighth of the grid's spacing there (a bf16 copy of
+/// the read-back value, or a scale off by an fp32 rounding, moves it by at most 2^-6 of it).
+struct DsMlaGrid {
+  /// The first column whose value is no code times its tile's scale (a latent that was never
+  /// quantized lands anywhere between two codes), else -1.
   std::ptrdiff_t off_grid = -1;
   double scale = 0.0, nearest = 0.0;  // at off_grid: its tile's scale and the nearest code value
 };
-DsMlaCodes ds_mla_codes(std::span<const double> readback);
+DsMlaGrid ds_mla_grid(std::span<const double> readback);
 
 }  // namespace dsv32

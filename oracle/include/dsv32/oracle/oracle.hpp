@@ -60,9 +60,10 @@ struct StepOptions {
   /// Options that impose the F layers' sets of `trace` (e.g. T1 follows T0's sets, so that
   /// T1 - T0 measures rounding only and not a different selection near a tie).
   /// With `cache_codes` (and an fp8_ds_mla cache), also store `trace`'s latent in the cache, so
-  /// a flipped e4m3 code of the other run does not propagate as a difference (GPU judging):
-  /// each row snapped to the codes it holds (ds_mla_codes), and a row that holds no codes (a
-  /// latent never quantized) refused with a ScenarioError naming it; judge checks them first.
+  /// a flipped e4m3 code of the other run does not propagate as a difference (GPU judging): its
+  /// values as they are, stored as this run's mode stores its own read-back latent; a row that
+  /// holds no codes (ds_mla_grid: a latent never quantized) is refused with a ScenarioError
+  /// naming it (judge checks them first and fails the stage instead).
   static StepOptions follow(const Config& cfg, const StepTrace& trace, bool cache_codes = false);
 };
 /// The "topk" stage of a layer trace as int rows.

@@ -1,0 +1,86 @@
+"""The bad-input test scripts' common ground: the dsv32 tool run as a user runs it, under a memory
+bound (4 GiB of address space) and a time bound (60 s), and fixtures copied and edited with h5py.
+
+The scripts are run as SCRIPT FIXTURES_DIR SCRATCH_DIR (DSV32_TOOL names the dsv32 tool); this
+module reads those arguments, empties SCRATCH_DIR, and exits 77 (a ctest skip) without numpy or
+h5py."""
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+
+from checklist import check
+
+try:
+    import h5py
+    import numpy as np  # noqa: F401
+except ImportError as e:
+    print(f"skipped: {e} (install python3-h5py and python3-numpy)")
+    sys.exit(77)
+
+FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]
+TOOL = os.environ.get("DSV32_TOOL", "dsv32")
+shutil.rmtree(SCRATCH, ignore_errors=True)
+os.makedirs(SCRATCH)
+MEMORY = 4 << 30
+DEFAULT = os.path.join(FIXTURES, "default.h5")
+
+
+def bounded(fsize=None):
+    def limits():
+        if not os.environ.get("DSV32_NO_MEMORY_LIMIT"):  # sanitizer builds reserve terabytes
+            resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    return limits
+
+
+def tool(*args, fsize=None, timeout=60, env=None):
+    """(exit code or -signal, stdout + stderr) of one bounded run."""
+    try:
+        p = subprocess.run([TOOL] + [str(a) for a in args], capture_output=True, timeout=timeout,
+                           preexec_fn=bounded(fsize), stdin=subprocess.DEVNULL,
+                           env=None if env is None else {**os.environ, **env})
+        return p.returncode, (p.stdout + p.stderr).decode(errors="replace")
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"") + (e.stderr or b"")
+        return "timeout", out.decode(errors="replace")
+
+
+def expect(name, result, rc, *words):
+    code, out = result
+    missing = [w for w in words if w not in out]
+    check(name, code == rc and not missing,
+          f"exit {code} (want {rc}); missing {missing!r} in: {out.strip()[-600:]!r}")
+
+
+def copy(base, name):
+    p = os.path.join(SCRATCH, name + ".h5")
+    shutil.copy(os.path.join(FIXTURES, base + ".h5"), p)
+    return p
+
+
+def edit(path, fn):
+    with h5py.File(path, "r+") as f:
+        fn(f)
+    return path
+
+
+def set_config(path, key, value):
+    def fn(f):
+        cfg = json.loads(f.attrs["config"])
+        cfg[key] = value
+        f.attrs["config"] = json.dumps(cfg)
+    return edit(path, fn)
+
+
+def poke(f, name, index, value):
+    d = f[name]
+    a = d[()]
+    a.reshape(-1)[index] = value
+    d[...] = a
