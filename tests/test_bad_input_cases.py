@@ -134,6 +134,12 @@ spec = case_file("x.candidate", case(name="x"))
 expect("a case file that would be overwritten by its own skeleton is refused",
        tool("golden", "--spec", spec, "--out", SCRATCH), 2, "is also an input")
 
+deep_config = copy("default", "deep-config")
+with h5py.File(deep_config, "r+") as f:
+    f.attrs["config"] = f.attrs["config"][:-1] + ', "x": ' + "[" * 50000 + "]" * 50000 + "}"
+expect("a golden's config nested 50000 deep is named, not blamed on libhdf5",
+       tool("diff", deep_config, DEFAULT), 2, "config JSON: nested deeper than 64")
+
 # Compressed datasets and a link to a golden are read, not called corrupt.
 gz = os.path.join(SCRATCH, "gzip.h5")
 with h5py.File(DEFAULT, "r") as src, h5py.File(gz, "w") as dst:

@@ -175,7 +175,15 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
           fail_row(j, si, l, t, why);
       if (!full) continue;
       const Tensor *q8 = lt.find("qI8"), *omega = lt.find("omega");
-      if (!(own_keys[l] && q8 && omega)) {
+      // The candidate's own keys must cover every position its rows score: a golden whose
+      // requests start with a context made before its first step has none of theirs.
+      const auto keys_known = [&] {
+        for (int t = 0; t < in.num_tokens; ++t)
+          for (int p = 0; p <= in.positions[t]; ++p)
+            if (!keys.count({l, in.requests[in.request_of_token[t]].id, p})) return false;
+        return true;
+      };
+      if (!(own_keys[l] && q8 && omega && keys_known())) {
         against_t0.push_back(l);
         continue;
       }
