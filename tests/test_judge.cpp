@@ -13,6 +13,7 @@
 #include "dsv32/judge/bisect.hpp"
 #include "dsv32/judge/judge.hpp"
 #include "support/golden_cases.hpp"
+#include "support/judging.hpp"
 
 namespace dsv32 {
 namespace {
@@ -21,17 +22,8 @@ using testing::case_test_name;
 using testing::committed_cases;
 using testing::fixture;
 
-Judgement judge_case(const golden::GoldenCase& gc, const std::vector<StepTrace>& candidate) {
-  return judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps,
-               candidate);
-}
-
-/// The tensor `name` of a layer trace, to change it.
-Tensor& stage_of(LayerTrace& lt, const std::string& name) {
-  for (Tensor& t : lt.tensors)
-    if (t.name == name) return t;
-  throw std::out_of_range("no stage " + name);
-}
+using testing::judge_case;
+using testing::stage_of;
 
 std::string failures_of(const Judgement& j) {
   std::string s;

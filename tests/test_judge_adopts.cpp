@@ -12,22 +12,15 @@
 #include "dsv32/judge/judge.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "support/golden_cases.hpp"
+#include "support/judging.hpp"
 
 namespace dsv32 {
 namespace {
 
 using testing::fixture;
 
-Judgement judge_case(const golden::GoldenCase& gc, const std::vector<StepTrace>& candidate) {
-  return judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps,
-               candidate);
-}
-
-Tensor& stage_of(LayerTrace& lt, const std::string& name) {
-  for (Tensor& t : lt.tensors)
-    if (t.name == name) return t;
-  throw std::out_of_range("no stage " + name);
-}
+using testing::judge_case;
+using testing::stage_of;
 
 const Judgement::Row* row_at(const Judgement& j, int step, int layer, const std::string& stage) {
   for (const Judgement::Row& r : j.rows)

@@ -73,37 +73,46 @@ float ds_mla_tile_scale(double amax) {
   return std::max(static_cast<float>(amax) / 448.0f, FLT_MIN);
 }
 
+namespace {
+
+/// Calls f(first, end, scale) for each fp8_ds_mla tile of `v`, its scale from its amax.
+template <class F>
+void for_each_tile(std::span<const double> v, F&& f) {
+  for (std::size_t t0 = 0; t0 < v.size(); t0 += kDsMlaTile) {
+    const std::size_t t1 = std::min(v.size(), t0 + kDsMlaTile);
+    double amax = 0.0;
+    for (std::size_t i = t0; i < t1; ++i) amax = std::max(amax, std::fabs(v[i]));
+    if (!f(t0, t1, ds_mla_tile_scale(amax))) return;
+  }
+}
+
+}  // namespace
+
 std::vector<double> ds_mla_roundtrip(std::span<const double> latent) {
   std::vector<double> out(latent.size());
-  for (std::size_t t0 = 0; t0 < latent.size(); t0 += kDsMlaTile) {
-    const std::size_t t1 = std::min(latent.size(), t0 + kDsMlaTile);
-    double amax = 0.0;
-    for (std::size_t i = t0; i < t1; ++i) amax = std::max(amax, std::fabs(latent[i]));
-    const float s = ds_mla_tile_scale(amax);
+  for_each_tile(latent, [&](std::size_t t0, std::size_t t1, float s) {
     for (std::size_t i = t0; i < t1; ++i) {
       const float q = static_cast<float>(e4m3_value(e4m3_bits(static_cast<float>(latent[i]) / s)));
       out[i] = q * s;
     }
-  }
+    return true;
+  });
   return out;
 }
 
 DsMlaGrid ds_mla_grid(std::span<const double> readback) {
   DsMlaGrid out;
-  for (std::size_t t0 = 0; t0 < readback.size(); t0 += kDsMlaTile) {
-    const std::size_t t1 = std::min(readback.size(), t0 + kDsMlaTile);
-    double amax = 0.0;
-    for (std::size_t i = t0; i < t1; ++i) amax = std::max(amax, std::fabs(readback[i]));
-    const float s = ds_mla_tile_scale(amax);
+  for_each_tile(readback, [&](std::size_t t0, std::size_t t1, float s) {
     for (std::size_t i = t0; i < t1; ++i) {
       const double x = readback[i] / s, code = round_e4m3(x);
       const double spacing = std::min(e4m3_quantum(code), e4m3_quantum(code * (1 - 0x1p-10)));
       if (!(std::fabs(x - code) <= spacing / 8)) {
         out.off_grid = static_cast<std::ptrdiff_t>(i), out.scale = s, out.nearest = code * s;
-        return out;
+        return false;
       }
     }
-  }
+    return true;
+  });
   return out;
 }
 
