@@ -182,6 +182,31 @@ expect("bench-gpu: a product of in-range sizes is refused before any work",
        tool("bench-gpu", "--decode", "4096", "--context", "1048576", "--layers", "64"), 2,
        "--decode 4096 x --context 1048576 x 64 layers")
 
+code, text = tool("--version")
+expect("--version prints the version", (code, text), 0, "dsv32 0.")
+expect("a mistyped command is named, with the commands", tool("judgee", DEFAULT), 2,
+       "unknown command 'judgee'", "judge")
+expect("an unknown option is named before a missing required one",
+       tool("judge", DEFAULT, "--gold", DEFAULT), 2, "unknown option '--gold'")
+cand = os.path.join(SCRATCH, "kv-fp8-candidate.h5")
+kv = dsv32.read_golden(os.path.join(FIXTURES, "kv-fp8.h5"))
+dsv32.write_candidate(cand, [s.expected for s in kv.steps])
+expect("diff of a candidate says to judge it", tool("diff", cand, DEFAULT), 2,
+       "a candidate file", "dsv32 judge")
+expect("a candidate judged against another case's golden is told so",
+       tool("judge", cand, "--golden", DEFAULT), 2, "is this a candidate for another case?")
+code, text = tool("judge", DEFAULT, "--golden", DEFAULT)
+check("a golden judged against itself says every stage is exact, not 'at )'",
+      code == 0 and "every judged stage exact" in text and "at )" not in text, text[-300:])
+code, text = tool("gpu", DEFAULT)
+if code == 2 and not os.path.exists("/dev/nvidiactl"):  # no GPU here
+    check("no GPU is told from an old driver", "driver version is insufficient" not in text and
+          ("no NVIDIA driver" in text or "no CUDA" in text), text)
+    t0 = time.monotonic()
+    expect("selfcheck --mutant without the GPU rows says nothing was checked",
+           tool("selfcheck", "--mutant", "stale-positions"), 2, "GPU rows did not run")
+    check("... before any work", time.monotonic() - t0 < 10, f"{time.monotonic() - t0:.1f} s")
+
 # The Python package.
 golden = dsv32.read_golden(DEFAULT)
 steps = [{k: v.copy() for k, v in st.expected.items()} for st in golden.steps]

@@ -320,6 +320,25 @@ TEST_F(GoldenFiles, InterruptedWriterLeavesNoFinalFile) {
   EXPECT_NO_THROW(golden::read((dir_ / "mixed.h5").string()));
 }
 
+// Regenerating data that did not change keeps the file as it was (its generator attribute
+// names the revision that wrote the data), so the README's fixture command leaves git clean;
+// data that changed is written anew, with this build's generator.
+TEST_F(GoldenFiles, RegeneratingUnchangedDataKeepsTheFileAsItWas) {
+  const std::string tool = DSV32_TOOL, path = (dir_ / "kv-fp8.h5").string();
+  fs::copy_file(fixture("kv-fp8"), path);
+  const std::string log = (dir_ / "log.txt").string();
+  const std::string cmd = tool + " golden --case kv-fp8 --out " + dir_.string() + " > " + log;
+  ASSERT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  EXPECT_EQ(bytes_of(path), bytes_of(fixture("kv-fp8")));
+  EXPECT_NE(bytes_of(log).find("unchanged"), std::string::npos) << bytes_of(log);
+  edit_doubles(path, "steps/step1/expected/layer0/o", [](std::vector<double>& v) { v[0] += 1; });
+  ASSERT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  const golden::GoldenCase again = golden::read(path), committed = golden::read(fixture("kv-fp8"));
+  EXPECT_EQ(again.expected[1].layers[0].at("o").data, committed.expected[1].layers[0].at("o").data);
+  EXPECT_NE(again.generator, committed.generator);
+  EXPECT_EQ(bytes_of(log).find("unchanged"), std::string::npos) << bytes_of(log);
+}
+
 TEST_F(GoldenFiles, ASignalWhileWritingRemovesTheTemporaryFile) {
   // A child writes 64 MiB and is sent SIGTERM after its first chunk: the handler removes the
   // temporary file, then the process ends by the signal.

@@ -18,6 +18,7 @@
 #include "dsv32/oracle/config.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/rng.hpp"
+#include "report.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
 #include "dsv32/gpu/stack.hpp"
@@ -470,9 +471,9 @@ MemoryRun measure_memory(const Options& o, int layers, nlohmann::json& out) {
       const std::size_t b = gpu::device_used_bytes();
       stack.capture(plan, sizes[i]);
       r.per_size.push_back(static_cast<double>(gpu::device_used_bytes() - b));
-      fmt::print(stderr, "\r  {}: captured {}/{} sizes", name, i + 1, sizes.size());
+      progress(fmt::format("  {}: captured {}/{} sizes", name, i + 1, sizes.size()),
+               i + 1 == sizes.size());
     }
-    fmt::print(stderr, "\r{:40}\r", "");
     r.graphs = static_cast<double>(gpu::device_used_bytes() - start);
     run.rows.push_back(r);
     show(r);

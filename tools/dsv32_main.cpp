@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/h5.hpp"
+#include "version.hpp"
 
 namespace {
 
@@ -36,6 +37,18 @@ std::string omp_threads_problem() {
   }
 }
 
+/// "unknown command 'X' (commands: ...)" when the first argument is neither an option nor a
+/// subcommand ("A subcommand is required" said nothing of the typo); else "".
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return "";
+  std::string known;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == argv[1]) return "";
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+  }
+  return "unknown command '" + std::string(argv[1]) + "' (commands: " + known + ")";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,6 +60,7 @@ int main(int argc, char** argv) {
   dsv32::files::install_signal_cleanup();
   CLI::App app{"dsv32-oracle: DeepSeek-V3.2 attention oracle and boundary test suite"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "dsv32 " DSV32_VERSION " (git " DSV32_GIT_REVISION ")");
   int exit_code = dsv32::tools::kExitPass;
   dsv32::tools::add_selfcheck(app, exit_code);
   dsv32::tools::add_golden(app, exit_code);
@@ -57,8 +71,23 @@ int main(int argc, char** argv) {
   dsv32::tools::add_resource_spec(app, exit_code);
   dsv32::tools::add_bench_oracle(app, exit_code);
   dsv32::tools::add_bench_gpu(app, exit_code);
+  if (const std::string why = unknown_command(app, argc, argv); !why.empty()) {
+    fmt::print(stderr, "dsv32: {}\n", why);
+    return dsv32::tools::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RequiredError& e) {
+    // CLI11 checks required options before it looks at unknown ones: `--gold X` would read as
+    // "--golden is required". The unknown option is the user's mistake; name it first.
+    for (const CLI::App* sub : app.get_subcommands())
+      for (const std::string& arg : sub->remaining())
+        if (arg.rfind("--", 0) == 0) {
+          fmt::print(stderr, "dsv32 {}: unknown option '{}' (dsv32 {} --help lists them)\n",
+                     sub->get_name(), arg, sub->get_name());
+          return dsv32::tools::kExitUsage;
+        }
+    return app.exit(e) == 0 ? 0 : dsv32::tools::kExitUsage;
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : dsv32::tools::kExitUsage;

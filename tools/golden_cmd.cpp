@@ -17,6 +17,7 @@
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/golden/json_text.hpp"
 #include "dsv32/judge/judge.hpp"
+#include "report.hpp"
 #include "version.hpp"
 
 namespace dsv32::tools {
@@ -120,6 +121,28 @@ nlohmann::json read_manifest(const std::filesystem::path& dir) {
   return m;
 }
 
+/// Whether the golden already at `path` is `gc` but for its generator attribute, which it then
+/// keeps: GOLDEN.md's generator names the revision that wrote the data, so regenerating
+/// unchanged data (the README's fixture command) leaves the file, and `git status`, as they were.
+bool unchanged_but_generator(const std::string& path, golden::GoldenCase& gc) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::string kept;
+  try {
+    kept = golden::read(path).generator;
+  } catch (const std::exception&) {
+    return false;  // unreadable: written anew
+  }
+  const std::string fresh = gc.generator;
+  gc.generator = kept;
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  const bool same = bytes.str() == golden::image(path, gc);
+  if (!same) gc.generator = fresh;
+  return same;
+}
+
 int generate(const Options& o) {
   std::vector<golden::CaseSpec> todo;
   if (o.all)
@@ -163,21 +186,24 @@ int generate(const Options& o) {
     const golden::CaseSpec& spec = todo[i];
     const auto t0 = std::chrono::steady_clock::now();
     const std::string path = (std::filesystem::path(o.out) / (spec.name + ".h5")).string();
-    const golden::GoldenCase gc = golden::generate(spec, generator, [&](int s, int n) {
-      fmt::print(stderr, "\r  {}: step {}/{}", spec.name, s, n);
+    golden::GoldenCase gc = golden::generate(spec, generator, [&](int s, int n) {
+      progress(fmt::format("  {}: step {}/{}", spec.name, s, n));
     });
-    fmt::print(stderr, "\r  {}: writing{:20}\r", spec.name, "");
+    progress(fmt::format("  {}: writing", spec.name), true);
     long datasets = 0;
-    golden::write(path, gc, [&] {
-      ++datasets;
-      // Fault injection for the interrupted-writer test: abort mid-write.
-      if (const char* n = std::getenv("DSV32_GOLDEN_ABORT_AFTER"); n && datasets == std::atol(n))
-        std::abort();
-    });
+    const bool unchanged = o.generator.empty() && unchanged_but_generator(path, gc);
+    if (!unchanged)
+      golden::write(path, gc, [&] {
+        ++datasets;
+        // Fault injection for the interrupted-writer test: abort mid-write.
+        if (const char* n = std::getenv("DSV32_GOLDEN_ABORT_AFTER"); n && datasets == std::atol(n))
+          std::abort();
+      });
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto bytes = std::filesystem::file_size(path);
-    fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}\n", spec.name, gc.steps.size(), bytes, secs, path);
+    fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}{}\n", spec.name, gc.steps.size(), bytes, secs,
+               path, unchanged ? " (unchanged: kept as it was)" : "");
     // A case from a file also gets the skeleton of a candidate for it (docs/CANDIDATE.md).
     if (i >= first_spec) {
       const std::string skeleton =

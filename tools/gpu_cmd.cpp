@@ -8,6 +8,7 @@
 
 #include "commands.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "report.hpp"
 #include "version.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
@@ -39,9 +40,9 @@ int run(const Options& o) {
   std::vector<StepTrace> got;
   for (std::size_t s = 0; s < gc.steps.size(); ++s) {
     got.push_back(group.run(plan, gc.steps[s]));
-    fmt::print(stderr, "\r  {}: step {}/{}", gc.case_id, s + 1, gc.steps.size());
+    progress(fmt::format("  {}: step {}/{}", gc.case_id, s + 1, gc.steps.size()),
+             s + 1 == gc.steps.size());
   }
-  fmt::print(stderr, "\n");
   const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
                             gc.steps, got, o.tp);
   fmt::print(

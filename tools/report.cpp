@@ -4,10 +4,23 @@
 
 #include <fmt/core.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace dsv32::tools {
+
+void progress(const std::string& text, bool done) {
+  static const bool tty = ::isatty(STDERR_FILENO) == 1;
+  static std::size_t shown = 0;  // the width of the line on screen, to blank its tail
+  if (!tty) {
+    if (!text.empty()) fmt::print(stderr, "{}\n", text);
+    return;
+  }
+  fmt::print(stderr, "\r{:<{}}{}", text, shown, done ? "\n" : "");
+  shown = done ? 0 : std::max(shown, text.size());
+}
 
 bool print_verdicts(const std::string& title, const std::vector<Verdict>& rows) {
   std::size_t w0 = 5, w1 = 6;

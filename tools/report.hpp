@@ -13,6 +13,10 @@ struct Verdict {
   std::string detail;  // numbers behind the status
 };
 
+/// Progress of a long job on stderr: on a terminal one line rewritten in place; piped (a log, CI)
+/// a line each, since a `\r` there runs every update into one line. `done` ends it.
+void progress(const std::string& text, bool done = false);
+
 /// Prints the table; returns true when no row failed.
 bool print_verdicts(const std::string& title, const std::vector<Verdict>& rows);
 /// Writes {"title":..., "rows":[...], "pass": bool} to path (temporary name, then rename).

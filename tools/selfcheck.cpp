@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <stdexcept>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -130,7 +132,23 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
 }
 #endif
 
+/// `--mutant` with no GPU rows to show it in: the run could not check what it was asked to.
+struct MutantNotRun : std::runtime_error {
+  explicit MutantNotRun(const std::string& why)
+      : std::runtime_error(
+            "--mutant switches on a bug of the GPU build, and the GPU rows did not "
+            "run (" +
+            why + "): nothing was checked") {}
+};
+
 std::vector<Verdict> run(const Options& o) {
+  if (!o.mutant.empty()) {  // refused before the work, not after it
+#if DSV32_HAVE_CUDA
+    if (const std::string why = gpu::no_device_reason(); !why.empty()) throw MutantNotRun(why);
+#else
+    throw MutantNotRun("this build has no CUDA");
+#endif
+  }
   std::vector<Verdict> rows;
   rows.push_back(goldens(o));
 

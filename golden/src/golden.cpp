@@ -362,8 +362,10 @@ std::string config_difference(const Config& a, const Config& b) {
   return "";
 }
 
-void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick,
-           bool verify) {
+namespace {
+
+/// `c` as a golden file built in memory (for `path`'s messages); nothing is written yet.
+h5::File build(const std::string& path, const GoldenCase& c, const std::function<void()>& tick) {
   h5::File f = h5::File::create(path);
   const h5::Group root = f.root();
   root.set_attr("schema", std::string(kSchema));
@@ -430,6 +432,18 @@ void write(const std::string& path, const GoldenCase& c, const std::function<voi
     write_trace(st.child("expected", true), c.cfg, c.expected[s], true, tick);
     write_trace(st.child("emulated", true), c.cfg, c.emulated[s], false, tick);
   }
+  return f;
+}
+
+}  // namespace
+
+std::string image(const std::string& path, const GoldenCase& c) {
+  return build(path, c, {}).image();
+}
+
+void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick,
+           bool verify) {
+  h5::File f = build(path, c, tick);
   if (!verify) return f.commit();
   f.commit([&](const std::string& tmp) {
     try {
@@ -551,6 +565,11 @@ GoldenCase read_here(const std::string& path, const ReadLimits& limits) {
   const h5::Group root = f.root();
   GoldenCase c;
   const std::string schema = root.attr_string("schema");
+  if (schema == "dsv32-candidate")
+    throw h5::GoldenError(path +
+                          ": a candidate file (schema 'dsv32-candidate'), not a golden: "
+                          "judge it with `dsv32 judge " +
+                          path + " --golden GOLDEN.h5`");
   if (schema != kSchema)
     throw h5::GoldenError(path + ": schema '" + schema + "', expected '" + kSchema + "'");
   const std::int64_t version = root.attr_int("schema_version");
@@ -634,45 +653,53 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
                           ": the golden has only " + std::to_string(golden.steps.size()) +
                           " steps");
   std::vector<StepTrace> out;
-  for (int s = 0; s < n_steps; ++s) {
-    const h5::Group st = sg.child("step" + std::to_string(s), false);
-    if (!st.has("expected")) throw h5::GoldenError(st.where("expected") + ": missing group");
-    const h5::Group eg = st.child("expected", false);
-    const std::int64_t Ta = golden.steps[s].num_tokens;
-    StepTrace tr;
-    for (const std::string& member : eg.names()) {
-      if (member == "output") continue;
-      if (const int l = numbered(member, "layer"); l < 0 || l >= cfg.num_layers)
-        throw h5::GoldenError(eg.where(member) + ": not a member of a candidate step (layer0.." +
-                              "layer" + std::to_string(cfg.num_layers - 1) + ", output)");
-    }
-    for (int l = 0; l < cfg.num_layers; ++l) {
-      LayerTrace lt;
-      const std::string ln = "layer" + std::to_string(l);
-      if (eg.has(ln)) {
-        const h5::Group lg = eg.child(ln, false);
-        for (const std::string& member : lg.names()) {
-          const auto& names = layer_stage_names();
-          if (std::find(names.begin(), names.end(), member) == names.end())
-            throw h5::GoldenError(lg.where(member) + ": unknown stage (the stages: " + known + ")");
-          if (is_indexer_stage(member) && !cfg.is_full_layer(l))
-            throw h5::GoldenError(lg.where(member) + ": an indexer stage in an S layer");
-        }
-        for (const std::string& name : layer_stage_names()) {
-          if (!lg.has(name)) continue;
-          const DType dt = name == "topk" ? DType::int32 : lg.dtype(name);
-          lt.tensors.push_back(lg.read(name, dt, stage_shape(cfg, name, Ta)));
-        }
+  for (int s = 0; s < n_steps; ++s) try {
+      const h5::Group st = sg.child("step" + std::to_string(s), false);
+      if (!st.has("expected")) throw h5::GoldenError(st.where("expected") + ": missing group");
+      const h5::Group eg = st.child("expected", false);
+      const std::int64_t Ta = golden.steps[s].num_tokens;
+      StepTrace tr;
+      for (const std::string& member : eg.names()) {
+        if (member == "output") continue;
+        if (const int l = numbered(member, "layer"); l < 0 || l >= cfg.num_layers)
+          throw h5::GoldenError(eg.where(member) + ": not a member of a candidate step (layer0.." +
+                                "layer" + std::to_string(cfg.num_layers - 1) + ", output)");
       }
-      tr.layers.push_back(std::move(lt));
+      for (int l = 0; l < cfg.num_layers; ++l) {
+        LayerTrace lt;
+        const std::string ln = "layer" + std::to_string(l);
+        if (eg.has(ln)) {
+          const h5::Group lg = eg.child(ln, false);
+          for (const std::string& member : lg.names()) {
+            const auto& names = layer_stage_names();
+            if (std::find(names.begin(), names.end(), member) == names.end())
+              throw h5::GoldenError(lg.where(member) + ": unknown stage (the stages: " + known +
+                                    ")");
+            if (is_indexer_stage(member) && !cfg.is_full_layer(l))
+              throw h5::GoldenError(lg.where(member) + ": an indexer stage in an S layer");
+          }
+          for (const std::string& name : layer_stage_names()) {
+            if (!lg.has(name)) continue;
+            const DType dt = name == "topk" ? DType::int32 : lg.dtype(name);
+            lt.tensors.push_back(lg.read(name, dt, stage_shape(cfg, name, Ta)));
+          }
+        }
+        tr.layers.push_back(std::move(lt));
+      }
+      if (!eg.has("output"))
+        throw h5::GoldenError(eg.where("output") +
+                              ": missing dataset (a candidate must provide "
+                              "the output)");
+      tr.output = eg.read("output", eg.dtype("output"), stage_shape(cfg, "output", Ta));
+      out.push_back(std::move(tr));
+    } catch (const h5::GoldenError& e) {
+      // A shape that does not fit the golden's step most often means another case's candidate.
+      const std::string what = e.what();
+      if (what.find(": shape [") == std::string::npos) throw;
+      throw h5::GoldenError(what + " (step" + std::to_string(s) + " of case " + golden.case_id +
+                            " has " + std::to_string(golden.steps[s].num_tokens) +
+                            " tokens: is this a candidate for another case?)");
     }
-    if (!eg.has("output"))
-      throw h5::GoldenError(eg.where("output") +
-                            ": missing dataset (a candidate must provide "
-                            "the output)");
-    tr.output = eg.read("output", eg.dtype("output"), stage_shape(cfg, "output", Ta));
-    out.push_back(std::move(tr));
-  }
   return out;
 }
 

@@ -421,6 +421,13 @@ Group File::root() const {
 
 void File::commit(const std::function<void(const std::string&)>& verify) {
   if (!writing_) return;
+  const std::string bytes = image();
+  h_ = Handle();
+  writing_ = false;
+  files::write_atomically(path_, bytes, {}, verify);
+}
+
+std::string File::image() const {
   if (H5Fflush(h_.get(), H5F_SCOPE_GLOBAL) < 0)
     throw files::WriteError(path_ + ": cannot flush the in-memory HDF5 file");
   const ssize_t size = H5Fget_file_image(h_.get(), nullptr, 0);
@@ -428,9 +435,7 @@ void File::commit(const std::function<void(const std::string&)>& verify) {
   std::string image(static_cast<std::size_t>(size), '\0');
   if (H5Fget_file_image(h_.get(), image.data(), image.size()) != size)
     throw files::WriteError(path_ + ": cannot take the in-memory HDF5 image");
-  h_ = Handle();
-  writing_ = false;
-  files::write_atomically(path_, image, {}, verify);
+  return image;
 }
 
 namespace {

@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <dlfcn.h>
+
 #include <string>
 
 #include "check.cuh"
@@ -41,6 +43,19 @@ std::string no_device_reason() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear the sticky error of a failed probe
+    // The runtime says "driver version is insufficient" both where no driver is installed (a
+    // machine without a GPU) and where one is too old: the driver's library tells them apart.
+    if (e == cudaErrorInsufficientDriver) {
+      void* libcuda = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+      if (!libcuda)
+        return "no NVIDIA driver on this machine (libcuda.so.1 not found): no GPU to run on";
+      ::dlclose(libcuda);
+      return "the NVIDIA driver is older than this build's CUDA " +
+             std::to_string(CUDART_VERSION / 1000) + "." +
+             std::to_string(CUDART_VERSION % 1000 / 10) +
+             " runtime needs (cudaErrorInsufficientDriver): update the driver";
+    }
+    if (e == cudaErrorNoDevice) return "no CUDA device visible (the driver is installed)";
     return std::string("no usable CUDA device: ") + cudaGetErrorName(e) + ": " +
            cudaGetErrorString(e);
   }

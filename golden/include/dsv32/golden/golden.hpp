@@ -57,6 +57,8 @@ struct GoldenCase {
 /// traces are a candidate's and may hold NaN, writes without.
 void write(const std::string& path, const GoldenCase& c,
            const std::function<void()>& on_dataset = {}, bool verify = true);
+/// The bytes `write(path, c)` would write (the file is built in memory; nothing is written).
+std::string image(const std::string& path, const GoldenCase& c);
 /// Reads and validates a golden file: schema, version, config, every dataset's presence,
 /// dtype and shape; steps exactly step0..step{n-1}; block tables (ids in the cache, -1 only
 /// past a request's blocks), lengths and capture sizes within the cache and `limits`; only

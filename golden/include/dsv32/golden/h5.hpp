@@ -114,6 +114,8 @@ class File {
   /// Writes the file out (see above); without it nothing is written. `verify` (may be empty)
   /// is called on the whole temporary file before the rename (files::write_atomically).
   void commit(const std::function<void(const std::string&)>& verify = {});
+  /// The bytes commit() would write, from a file being built (nothing is written).
+  std::string image() const;
   File(File&&) noexcept = default;
 
  private:
