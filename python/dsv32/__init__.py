@@ -2,7 +2,7 @@
 
     import dsv32
     golden = dsv32.read_golden("fixtures/default.h5")
-    dsv32.write_candidate("mine.h5", [my_layer(step) for step in golden.steps])
+    dsv32.write_candidate("mine.h5", [my_layer(golden, step) for step in golden.steps])
     verdict = dsv32.judge("mine.h5", "fixtures/default.h5")
     assert verdict.passed, verdict.first_failure
 

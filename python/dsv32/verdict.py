@@ -32,7 +32,7 @@ def find_tool():
     if shutil.which("dsv32"):
         return shutil.which("dsv32")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for preset in ("default", "ci", "gpu", "asan"):
+    for preset in ("default", "cpu", "ci", "gpu", "asan"):
         p = os.path.join(root, "build", preset, "tools", "dsv32")
         if os.access(p, os.X_OK):
             return p

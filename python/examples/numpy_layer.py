@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-"""The DeepSeek-V3.2 attention stack in numpy, written from ../shared/spec/MATH.md alone (it does
+#!/usr/bin/env python3
+"""The DeepSeek-V3.2 attention stack in numpy, written from docs/spec/MATH.md alone (it does
 not call the oracle): a worked example of checking an implementation against golden files.
 
     python3 python/examples/numpy_layer.py fixtures/default.h5 [--defect NAME]
