@@ -408,7 +408,11 @@ CaseEstimate estimate(const CaseSpec& spec) {
     flops += 2 * tokens * weights;
     trace += tokens * (Rq + 2 * L + 2 * dr + H * (2 * L + dr + dv + 1) + 2 * HI * dI + K + D);
   }
-  e.bytes += 8.0 * c.num_layers * trace * 2;
+  const double traces = 8.0 * c.num_layers * trace * 2;  // T0 and T1, as doubles
+  // Writing adds the file's image in memory (T0 in float64, T1 in at most float32: about 3/4 of
+  // the doubles) while the reader checks it: one 16384-token step of `tiny` measured 0.74 GiB
+  // resident (GNU time), estimated 0.44 GiB without this term and 0.75 GiB with it.
+  e.bytes += traces + 0.75 * traces;
   // Two oracles at about 20 GFLOP/s, and about 90 ns a weight to draw it, keep it in both
   // precisions and write it (measured on this machine kind at dsv32 sizes).
   e.seconds = 2.0 * c.num_layers * flops / 20e9 + 9e-8 * c.num_layers * weights;
