@@ -182,6 +182,10 @@ expect("bench-gpu: a product of in-range sizes is refused before any work",
        tool("bench-gpu", "--decode", "4096", "--context", "1048576", "--layers", "64"), 2,
        "--decode 4096 x --context 1048576 x 64 layers")
 
+code, text = tool("golden", "--case", "kv-fp8", "--out", out_dir("piped"))
+check("progress piped is a line an update, no carriage return running them into one",
+      code == 0 and "\r" not in text and "kv-fp8: step 1/2\n" in text
+      and "kv-fp8: step 2/2\n" in text, repr(text[:300]))
 code, text = tool("--version")
 expect("--version prints the version", (code, text), 0, "dsv32 0.")
 expect("a mistyped command is named, with the commands", tool("judgee", DEFAULT), 2,
