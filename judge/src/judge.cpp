@@ -40,8 +40,9 @@ void fail_row(Judgement& j, int step, int layer, int t, const std::string& why) 
   fail_adopted(j, step, layer, "topk", "token " + std::to_string(t) + ": " + why);
 }
 
-/// Under an fp8_ds_mla cache the oracle stores the candidate's `c` rows as the codes they hold:
-/// a row that holds none (a latent never quantized) fails here, naming the first such value.
+/// Under an fp8_ds_mla cache the oracle stores the candidate's `c` rows in its cache, so each
+/// must be what such a cache reads back, codes times their tile's scale: a row that is not (a
+/// latent never quantized) fails here, naming the first such value.
 void check_cache_codes(Judgement& j, const Config& cfg, const StepInput& in, int step, int layer,
                        const Tensor& c) {
   const std::int64_t L = cfg.kv_lora_rank;
