@@ -9,13 +9,14 @@ _INT32 = np.iinfo(np.int32)
 
 
 def _array(x, where):
-    """A numpy array of x; torch tensors (any dtype, any device) come as float32 or int."""
+    """A numpy array of x; torch tensors (any dtype, any device): bf16 and f16 as float32
+    (exact), other reals and integers as they are."""
     if hasattr(x, "detach"):  # torch.Tensor, without importing torch
         t = x.detach().cpu()
         if t.is_complex():
             raise ValueError(f"{where}: a complex tensor; stages are real")
-        if t.is_floating_point():
-            t = t.float()  # bf16 and f16 -> f32 is exact
+        if t.is_floating_point() and t.element_size() < 4:
+            t = t.float()  # bf16 and f16 -> f32 is exact; numpy has no bf16
         return t.numpy()
     return np.asarray(x)
 

@@ -38,6 +38,14 @@ class Step:
     def num_tokens(self):
         return int(self.inputs["hidden"].shape[0])
 
+    def rows_by_request(self):
+        """{request id: the step's token rows of that request, in order}: the rows an
+        implementation that runs one request at a time computes together."""
+        rows = {}
+        for t, r in enumerate(self.inputs["request_of_token"]):
+            rows.setdefault(int(self.inputs["request_id"][r]), []).append(t)
+        return rows
+
 
 @dataclass
 class Golden:

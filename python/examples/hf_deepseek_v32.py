@@ -102,9 +102,7 @@ def run(golden, device, own_sets):
     steps = []
     for s, step in enumerate(golden.steps):
         inp = step.inputs
-        rows_of = {}
-        for t, r in enumerate(inp["request_of_token"]):
-            rows_of.setdefault(int(inp["request_id"][r]), []).append(t)
+        rows_of = step.rows_by_request()
         h = torch.tensor(inp["hidden"], dtype=torch.float64, device=device)
         Ta = h.shape[0]
         out = {}

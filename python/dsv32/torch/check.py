@@ -1,0 +1,108 @@
+"""`check(layer, golden, mode)`: a live torch layer driven through a golden's steps and judged
+(docs/TORCH.md)."""
+import os
+import tempfile
+
+import torch
+
+from ..candidate import write_candidate
+from ..golden import Golden, read_golden
+from ..verdict import judge
+from .batch import Inputs
+from .capture import MODES, Runner
+
+# The config keys a layer's own `config` (a dict, when it has one) must agree on with a golden.
+SHAPE_KEYS = ("hidden_size", "num_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+              "qk_rope_head_dim", "v_head_dim", "index_n_heads", "index_head_dim",
+              "index_topk", "num_layers", "kv_cache", "precision", "index_topk_pattern")
+
+
+class LayerError(RuntimeError):
+    """The layer did something no candidate can be made of (it raised, returned the wrong
+    shape or dtype, or does not match the golden): the message names the step and stage."""
+
+
+def _numpy(name, t, rows, where):
+    if not isinstance(t, torch.Tensor):
+        raise LayerError(f"{where}: stage {name} is a {type(t).__name__}, not a tensor")
+    if t.dim() == 0 or t.shape[0] < rows:
+        raise LayerError(f"{where}: stage {name} has shape {tuple(t.shape)}, fewer than the "
+                         f"step's {rows} rows")
+    a = t[:rows].detach().cpu()
+    if a.is_complex() or a.dtype == torch.bool:
+        raise LayerError(f"{where}: stage {name} is {a.dtype}; stages are real numbers")
+    return a.numpy() if not a.is_floating_point() else a.double().numpy()
+
+
+def _check_config(layer, golden):
+    mine = getattr(layer, "config", None)
+    if not isinstance(mine, dict):
+        return
+    for k in SHAPE_KEYS:
+        if k in mine and mine[k] != golden.config.get(k):
+            raise LayerError(f"the layer's config has {k} = {mine[k]!r}, the golden "
+                             f"{os.path.basename(golden.path)} has {golden.config.get(k)!r}")
+
+
+def run_steps(layer, golden, mode="eager", device="cpu", dtype=torch.float64, steps=None):
+    """The candidate steps (name -> numpy array) of `layer` over the golden's steps, and the
+    runner (its `notes`)."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
+    _check_config(layer, golden)
+    inputs, runner = Inputs(golden, device, dtype), Runner(mode, device)
+    D = golden.config["hidden_size"]
+    out = []
+    for s in range(len(golden.steps)) if steps is None else steps:
+        padded = None if mode == "eager" else inputs.capture_size(s)
+        batch = inputs.step(s, padded)
+        where = f"step {s} ({mode}, {batch.num_padded} rows)"
+        try:
+            got = runner.run(layer, batch, inputs)
+        except LayerError:
+            raise
+        except Exception as e:
+            what = "capture or replay" if mode != "eager" else "the forward"
+            raise LayerError(f"{where}: the layer raised during {what}: "
+                             f"{type(e).__name__}: {e}") from e
+        o = got["output"]
+        if not isinstance(o, torch.Tensor) or tuple(o.shape) != (batch.num_padded, D):
+            shape = tuple(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__
+            raise LayerError(f"{where}: stage output has shape {shape}, expected "
+                             f"({batch.num_padded}, {D})")
+        if not o.is_floating_point():
+            raise LayerError(f"{where}: stage output is {o.dtype}, expected a floating dtype")
+        out.append({k: _numpy(k, v, batch.num_tokens, where) for k, v in got.items()})
+    return out, runner
+
+
+def check(layer, golden, mode="eager", device="cpu", dtype=torch.float64, out=None):
+    """Runs `layer(batch) -> output` over every step of `golden` (a path or a Golden) in
+    `mode`, writes the candidate (`out`, default a temporary file) and judges it. Returns the
+    Verdict; `verdict.notes` holds the runner's notes, `verdict.candidate` the file and
+    `verdict.command` the command that judges it again."""
+    g = golden if isinstance(golden, Golden) else read_golden(golden)
+    steps, runner = run_steps(layer, g, mode, device, dtype)
+    if out is None:
+        fd, out = tempfile.mkstemp(prefix=f"dsv32-{mode}-", suffix=".h5")
+        os.close(fd)
+    write_candidate(out, steps)
+    verdict = judge(out, g.path)
+    verdict.notes = list(runner.notes)
+    verdict.candidate = out
+    verdict.command = f"dsv32 judge {out} --golden {g.path}"
+    return verdict
+
+
+def failure_text(verdict):
+    """One paragraph: the first failing step, layer and stage, the runner's notes and the
+    command that judges the candidate again."""
+    f = verdict.first_failure or {}
+    lines = [f"dsv32: FAIL at step {f.get('step')}, layer {f.get('layer')}, stage "
+             f"{f.get('stage')}: {f.get('message', '')}".rstrip()]
+    lines += [f"  note: {n}" for n in getattr(verdict, "notes", [])]
+    lines.append(f"  again: {getattr(verdict, 'command', '')}")
+    return "\n".join(lines)
+
+
+__all__ = ["check", "run_steps", "failure_text", "LayerError"]
