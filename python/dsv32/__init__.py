@@ -10,6 +10,11 @@ numpy and h5py are required; torch tensors are accepted where arrays are. The ca
 is docs/CANDIDATE.md; judging is `dsv32 judge` (TESTING.md's rules), found as $DSV32_TOOL, on
 PATH, or in this checkout's build folders.
 """
+try:
+    import h5py  # noqa: F401
+except ImportError as e:  # not a declared dependency (pyproject.toml says why)
+    raise ImportError(f"dsv32 needs h5py ({e}): apt install python3-h5py, or pip install h5py") from e
+
 from .formats import bf16_bits, bf16_values, e4m3_values
 from .golden import Golden, GoldenFileError, Step, read_golden
 from .candidate import write_candidate

@@ -25,18 +25,33 @@ class Verdict:
         return self.passed
 
 
+def _checkout():
+    """The checkout this package comes from: where it lies, or where an installed wheel was
+    built (dsv32/_checkout.py, written by python/_build/backend.py)."""
+    try:
+        from ._checkout import CHECKOUT
+        return CHECKOUT
+    except ImportError:
+        return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def find_tool():
-    """$DSV32_TOOL, `dsv32` on PATH, or this checkout's build/*/tools/dsv32."""
+    """$DSV32_TOOL, `dsv32` on PATH, or the checkout's build/*/tools/dsv32."""
     if os.environ.get("DSV32_TOOL"):
-        return os.environ["DSV32_TOOL"]
+        tool = os.environ["DSV32_TOOL"]
+        if not os.access(tool, os.X_OK):
+            raise FileNotFoundError(f"DSV32_TOOL={tool} is not an executable file")
+        return tool
     if shutil.which("dsv32"):
         return shutil.which("dsv32")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = _checkout()
     for preset in ("default", "cpu", "ci", "gpu", "asan"):
         p = os.path.join(root, "build", preset, "tools", "dsv32")
         if os.access(p, os.X_OK):
             return p
-    raise FileNotFoundError("no dsv32 tool: set DSV32_TOOL or build the project (README)")
+    raise FileNotFoundError(
+        f"no dsv32 tool: not in $DSV32_TOOL, not on PATH, not in {root}/build/*/tools/. Build it "
+        f"(cmake --preset cpu && cmake --build --preset cpu, README) or set DSV32_TOOL to it")
 
 
 def judge(candidate, golden, tool=None, tp=1):

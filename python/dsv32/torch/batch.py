@@ -120,18 +120,18 @@ class Inputs:
         req_of = np.full(T, T if padded_to else R, dtype=np.int64)  # padded rows: a padded request
         req_of[:Ta] = inp["request_of_token"]
         return self._batch(s, inp["hidden"], inp["positions"], inp["slots"], req_of, qs,
-                           inp["ctx_len"] + qs, inp["block_table"], T)
+                           inp["ctx_len"] + qs, inp["block_table"], T, padded_to is not None)
 
     def dummy(self, T):
         """What a graph is captured with: one real token at position 0 with no cache slot and no
         blocks, the rest padding (so that any host value baked at capture is wrong later)."""
         D = self.golden.config["hidden_size"]
         return self._batch(-1, np.zeros((1, D)), [0], [-1], np.r_[0, np.full(T - 1, T)],
-                           np.array([1]), np.array([1]), np.full((1, 1), -1), T)
+                           np.array([1]), np.array([1]), np.full((1, 1), -1), T, True)
 
-    def _batch(self, s, hidden, positions, slots, req_of, q_len, seq_len, table, T):
+    def _batch(self, s, hidden, positions, slots, req_of, q_len, seq_len, table, T, static):
         Ta, R = len(positions), len(q_len)
-        Rmax = T + 1 if T != Ta or s < 0 else R  # padded batches: room for every shape of T
+        Rmax = T + 1 if static else R  # a capture size's batches: room for any step of T rows
         dev, i32, i64 = self.device, torch.int32, torch.int64
         h = torch.zeros((T, self.golden.config["hidden_size"]), dtype=self.dtype, device=dev)
         h[:Ta] = torch.as_tensor(np.asarray(hidden), dtype=self.dtype)

@@ -127,7 +127,7 @@ class Runner:
                     out = layer(batch)
             finally:
                 _active = None
-            self.stages.setdefault("output", out.detach().clone())
+            self.stages["output"] = out  # what the layer returns is its output, recorded or not
             return self.stages
         T = batch.num_padded
         if T not in self.graphs:
@@ -166,7 +166,7 @@ class Runner:
                 self.capturing = seg
                 self._begin_segment(seg)
                 out = layer(static)
-                seg.stages.setdefault("output", out)
+                seg.stages["output"] = out
                 self._end_segment(seg)
         finally:
             _active, self.capturing = None, None

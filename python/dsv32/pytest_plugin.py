@@ -1,0 +1,91 @@
+"""dsv32's pytest plugin (registered by `pip install ./python`; in a checkout, `-p
+dsv32.pytest_plugin`): a user's test checks their torch layer in a few lines.
+
+    def test_my_layer(dsv32_check, dsv32_golden):
+        dsv32_check(MyLayer.from_golden(dsv32_golden))
+
+    pytest --dsv32-golden fixtures/default.h5 --dsv32-mode all --dsv32-device cuda
+
+Options: `--dsv32-golden PATH` (again for more goldens: the test runs once each), `--dsv32-mode`
+(eager, full, narrow, wide, several comma-separated, or `all`; default eager), `--dsv32-device`
+(default: cuda where torch sees one, else cpu). A capture mode skips, with the reason, where no
+CUDA device is. A failure prints the judge's first failing step, layer and stage, the runner's
+notes and the command that judges the candidate again.
+"""
+import pytest
+
+MODES = ("eager", "full", "narrow", "wide")
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("dsv32", "dsv32-oracle: check a torch layer against golden files")
+    g.addoption("--dsv32-golden", action="append", default=[], metavar="PATH",
+                help="a golden file (again for more)")
+    g.addoption("--dsv32-mode", default="eager", metavar="MODES",
+                help="eager, full, narrow, wide, comma-separated, or all (default eager)")
+    g.addoption("--dsv32-device", default=None, metavar="DEVICE",
+                help="torch device (default: cuda where available, else cpu)")
+
+
+def _modes(config):
+    text = config.getoption("dsv32_mode")
+    modes = MODES if text == "all" else tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise pytest.UsageError(f"--dsv32-mode {text!r}: give {', '.join(MODES)} or all")
+    return modes
+
+
+def pytest_generate_tests(metafunc):
+    if "dsv32_mode" in metafunc.fixturenames:
+        metafunc.parametrize("dsv32_mode", _modes(metafunc.config), scope="session")
+    if "dsv32_golden_path" in metafunc.fixturenames:
+        paths = metafunc.config.getoption("dsv32_golden")
+        if paths:
+            metafunc.parametrize("dsv32_golden_path", paths, scope="session")
+
+
+@pytest.fixture(scope="session")
+def dsv32_device(request):
+    d = request.config.getoption("dsv32_device")
+    if d:
+        return d
+    try:
+        import torch
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+@pytest.fixture(scope="session")
+def dsv32_golden_path(request):
+    pytest.skip("no golden file: give --dsv32-golden PATH")
+
+
+@pytest.fixture(scope="session")
+def dsv32_golden(dsv32_golden_path):
+    """The golden (dsv32.Golden) of --dsv32-golden; a bad file is an error naming it."""
+    import dsv32
+    return dsv32.read_golden(dsv32_golden_path)
+
+
+@pytest.fixture
+def dsv32_check(dsv32_golden, dsv32_mode, dsv32_device):
+    """check(layer): runs the layer (a torch module, or a callable of (golden, device) making
+    one) over the golden's steps in this test's mode and fails the test with the judge's first
+    failing stage. Returns the Verdict."""
+    torch = pytest.importorskip("torch", reason="dsv32.torch needs torch")
+    import dsv32.torch as dt
+    if dsv32_mode != "eager" and not (dsv32_device.startswith("cuda") and
+                                      torch.cuda.is_available()):
+        pytest.skip(f"mode {dsv32_mode} captures CUDA graphs: no CUDA device here "
+                    f"(device {dsv32_device})")
+
+    def check(layer, **kwargs):
+        if not isinstance(layer, torch.nn.Module) and callable(layer):
+            layer = layer(dsv32_golden, dsv32_device)
+        verdict = dt.check(layer, dsv32_golden, dsv32_mode, dsv32_device, **kwargs)
+        if not verdict.passed:
+            pytest.fail(dt.failure_text(verdict), pytrace=False)
+        return verdict
+    return check
