@@ -3,7 +3,8 @@
 # The CUDA toolkit is optional: without nvcc the CPU parts build and the GPU tests are absent.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ clang-format libeigen3-dev libgtest-dev librapidcheck-dev libhdf5-dev
-      libcli11-dev libfmt-dev nlohmann-json3-dev python3-numpy python3-h5py python3-matplotlib)
+      libcli11-dev libfmt-dev nlohmann-json3-dev python3-numpy python3-h5py python3-matplotlib
+      python3-torch python3-pytest python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

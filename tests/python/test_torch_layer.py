@@ -29,11 +29,12 @@ DEVICE = "cuda" if CUDA else "cpu"
 # A planted bug, the modes it must fail in (it passes eagerly), and the stage the judge must name
 # first: baked residual rows leave rows past the capture's one token zero, so the next layer's
 # first stage is wrong; the fresh uv_proj output is not what o_proj reads; a padded row's write
-# to slot 0 corrupts a key that a later token attends over.
+# to slot 0 corrupts the keys (indexer and latent) of a token that later rows score and attend
+# over (on the H200 the judge names step 4's layer0/topk in all three modes).
 BUGS = {
     "baked-scalar": (("full", "narrow", "wide"), {"layer1/q_c"}),
     "fresh-output": (("narrow", "wide"), {"layer0/y"}),
-    "padded-cache-write": (("full", "narrow", "wide"), {"layer0/lse", "layer0/olat"}),
+    "padded-cache-write": (("full", "narrow", "wide"), {"layer0/topk", "layer0/lse", "layer0/olat"}),
 }
 
 
@@ -176,17 +177,25 @@ def test_pip_installs_the_package_offline(tmp_path):
     """`pip install ./python` into a fresh virtual environment (system site packages for numpy,
     h5py and torch): no download, the plugin registered, the checkout's tool found."""
     venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed copy only
     r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"no venv here ({r.stderr.strip()[-200:]}): Debian's python3-venv")
     py = str(venv / "bin" / "python")
+    if sys.prefix != sys.base_prefix:  # run from a venv itself (the GPU machine's torch lives in
+        # one): the new venv sees that venv's packages, as --system-site-packages would the system's
+        site_dir = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  capture_output=True, text=True).stdout.strip()
+        import site
+        with open(os.path.join(site_dir, "_parent_venv.pth"), "w") as f:
+            f.write("\n".join(site.getsitepackages()) + "\n")
     r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", os.path.join(ROOT, "python")],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([py, "-c", "import dsv32, dsv32.torch, dsv32.verdict as v; "
                         "print(dsv32.__file__); print(v._checkout())"],
-                       capture_output=True, text=True, cwd=tmp_path)
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0 and "site-packages" in r.stdout and ROOT in r.stdout, r.stderr
-    r = subprocess.run([py, "-m", "pytest", "--help"], capture_output=True, text=True)
+    r = subprocess.run([py, "-m", "pytest", "--help"], capture_output=True, text=True, env=env)
     assert "--dsv32-golden" in r.stdout

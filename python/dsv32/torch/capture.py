@@ -21,6 +21,7 @@ it returns at replay at another address than at capture is not what the next seg
 the runner notes it (`Runner.notes`).
 """
 import functools
+import warnings
 
 import torch
 
@@ -114,7 +115,15 @@ class Runner:
         seg.items.append(("graph", g))
 
     def _end_segment(self, seg):
-        seg.items[-1][1].capture_end()
+        """Ends the segment; one that captured nothing (two eager ops in a row) is dropped."""
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            seg.items[-1][1].capture_end()
+        if any("CUDA Graph is empty" in str(w.message) for w in seen):
+            seg.items.pop()
+        else:
+            for w in seen:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     def run(self, layer, batch, inputs):
         """The layer's output and stages of one step (rows [0, T))."""
