@@ -84,14 +84,17 @@ def test_planted_bug(bug, mode, scratch):
 class Wrong(torch.nn.Module):
     """A layer that goes wrong in one named way."""
 
-    def __init__(self, g, how):
+    def __init__(self, g, how, device="cpu"):
         super().__init__()
-        self.inner, self.how = Stack(g, "cpu"), how
+        self.inner, self.how = Stack(g, device), how
         self.config = dict(g.config)
 
     def forward(self, batch):
         if self.how == "raises":
             raise ValueError("no such head")
+        if self.how == "host-read":  # a device value read on the host: cannot be captured
+            if float(batch.hidden_states.abs().sum()) < 0:
+                return None
         out = self.inner(batch)
         if self.how == "shape":
             return out[:, :-1]
@@ -114,6 +117,16 @@ def test_bad_layer_is_named(how, message):
     with pytest.raises(dt.LayerError) as e:
         dt.check(Wrong(g, how), g, "eager", "cpu")
     assert message in str(e.value)
+
+
+def test_a_host_read_under_capture_is_named():
+    needs("full")
+    g = golden("default")
+    with pytest.raises(dt.LayerError, match=r"step 0 \(full, 8 rows\): the layer raised during "
+                                            "capture or replay"):
+        dt.check(Wrong(g, "host-read", "cuda"), g, "full", "cuda")
+    v = dt.check(Stack(g, "cuda"), g, "full", "cuda")  # the process is still usable after it
+    assert v.passed, dt.failure_text(v)
 
 
 def test_nan_never_passes():

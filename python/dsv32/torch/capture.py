@@ -177,6 +177,14 @@ class Runner:
                 out = layer(static)
                 seg.stages["output"] = out
                 self._end_segment(seg)
+                self.capturing = None
+        except BaseException:
+            if self.capturing is not None and seg.items and seg.items[-1][0] == "graph":
+                try:  # leave the stream out of capture mode, so the error is all that remains
+                    seg.items[-1][1].capture_end()
+                except Exception:
+                    pass
+            raise
         finally:
             _active, self.capturing = None, None
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
