@@ -181,7 +181,8 @@ class Runner:
         except BaseException:
             if self.capturing is not None and seg.items and seg.items[-1][0] == "graph":
                 try:  # leave the stream out of capture mode, so the error is all that remains
-                    seg.items[-1][1].capture_end()
+                    with torch.cuda.stream(self.stream):  # capture ends where it began
+                        seg.items[-1][1].capture_end()
                 except Exception:
                     pass
             raise
