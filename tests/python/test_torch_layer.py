@@ -129,6 +129,22 @@ def test_a_host_read_under_capture_is_named():
     assert v.passed, dt.failure_text(v)
 
 
+def test_an_eager_op_that_keeps_its_allocations_is_noted():
+    """Every replay runs uv_proj eagerly; this one keeps a copy of what it computes."""
+    needs("narrow")
+    g = golden("decode-only")  # its steps 1-3 replay one capture size
+    layer, kept = Stack(g, "cuda"), []
+    inner = layer.uv_proj
+
+    def leaky(l, olat, out):
+        kept.append(torch.empty(1 << 20, device="cuda"))
+        return inner(l, olat, out)
+    layer.uv_proj = dt.op("uv_proj")(leaky)
+    v = dt.check(layer, g, "narrow", "cuda")
+    assert v.passed and any("device memory grows at every replay of capture size 3" in n
+                            for n in v.notes), v.notes
+
+
 def test_nan_never_passes():
     g = golden("default")
     v = dt.check(Wrong(g, "nan"), g, "eager", "cpu")

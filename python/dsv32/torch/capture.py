@@ -75,7 +75,7 @@ class Runner:
         if self.plan is not None and self.device.type != "cuda":
             raise RuntimeError(f"mode {mode} captures CUDA graphs: it needs a CUDA device, "
                                f"not {self.device}")
-        self.graphs, self.static, self.notes = {}, {}, []
+        self.graphs, self.static, self.notes, self.memory = {}, {}, [], {}
         self.capturing = None  # the Segments being captured
         self.stages = {}
         self.stream = torch.cuda.Stream(self.device) if self.plan is not None else None
@@ -156,6 +156,7 @@ class Runner:
             torch.cuda.synchronize(self.device)
         finally:
             _active, self.replaying = None, None
+        self._check_growth(T, batch.step)
         got = {k: v.clone() for k, v in seg.stages.items()}
         got.update({k: v for k, v in self.stages.items() if k not in got})
         return got
@@ -190,6 +191,19 @@ class Runner:
             _active, self.capturing = None, None
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
         self.graphs[T] = seg
+
+    def _check_growth(self, T, step):
+        """Notes device memory that grows at each of the last three replays of a capture size:
+        graphs allocate nothing at replay, and a step's stage copies are gone by the next, so
+        an eager op keeps what it allocates."""
+        seen = self.memory.setdefault(T, [])
+        seen.append(torch.cuda.memory_allocated(self.device))
+        if len(seen) >= 3 and seen[-3] < seen[-2] < seen[-1]:
+            note = (f"device memory grows at every replay of capture size {T} (by "
+                    f"{(seen[-1] - seen[-3]) // 2} bytes a replay, at step {step}): an eager op "
+                    f"keeps what it allocates")
+            if note.split(" (by")[0] not in " ".join(self.notes):
+                self.notes.append(note)
 
     def _check_address(self, name, was, now):
         pairs = zip(was, now) if isinstance(was, (tuple, list)) else [(was, now)]
