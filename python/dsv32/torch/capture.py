@@ -98,16 +98,21 @@ class Runner:
 
     def _op(self, name, fn, args, kwargs):
         seg = self.capturing
-        if seg is None or name not in self.plan:
-            return fn(*args, **kwargs)
+        if seg is None or name not in self.plan or self.in_eager:  # an op inside an eager op
+            return fn(*args, **kwargs)                            # is part of it
         self._end_segment(seg)
-        out = fn(*args, **kwargs)  # for real, on the capture stream
+        self.in_eager = True
+        try:
+            out = fn(*args, **kwargs)  # for real, on the capture stream
+        finally:
+            self.in_eager = False
         seg.items.append(("eager", name, fn, args, kwargs, out))
         self._begin_segment(seg)
         return out
 
     # --- capture and replay -------------------------------------------------------------------
     replaying = None
+    in_eager = False
 
     def _begin_segment(self, seg):
         g = torch.cuda.CUDAGraph()
