@@ -176,6 +176,13 @@ expect("an unknown scenario is refused before any work", tool("selfcheck", "--sc
 check("... at once", time.monotonic() - t0 < 10, f"{time.monotonic() - t0:.1f} s")
 expect("an unknown mutant lists the known ones", tool("selfcheck", "--mutant", "nope"), 2,
        "unknown mutant 'nope'", "stale-positions")
+t0 = time.monotonic()
+expect("a malformed --require is refused when parsed, naming the part",
+       tool("selfcheck", "--require", "pruned=>1"), 2, "comparison =>", "one of >=")
+check("... at once", time.monotonic() - t0 < 10, f"{time.monotonic() - t0:.1f} s")
+expect("a --require of an unknown metric lists the known ones",
+       tool("judge", DEFAULT, "--golden", DEFAULT, "--require", "prune>=1"), 2,
+       "no metric prune", "largest_tie")
 expect("bench-oracle: a product of in-range sizes is refused before any work",
        tool("bench-oracle", "--decode", "4096", "--context", "1048576"), 2, "--max-gib")
 expect("bench-gpu: a product of in-range sizes is refused before any work",

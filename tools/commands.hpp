@@ -9,6 +9,7 @@
 
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/coverage.hpp"
 
 namespace dsv32::tools {
 
@@ -48,6 +49,19 @@ inline const CLI::Validator kRegistryCase(
       return std::string();
     },
     "CASE");
+
+/// A coverage requirement (`pruned>=50%`, docs/COVERAGE.md), checked when the command line is
+/// parsed: a malformed one is refused naming the part that is wrong.
+inline const CLI::Validator kRequirement(
+    [](std::string& text) {
+      try {
+        Requirement::parse(text);
+      } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    },
+    "REQUIREMENT");
 
 /// An integer option in [lo, hi]: "'two' is not an integer", "0 is outside [1, 1000]".
 inline CLI::Validator int_in(long long lo, long long hi) {

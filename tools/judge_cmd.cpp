@@ -22,6 +22,7 @@ struct Options {
   std::string candidate, golden, json;
   int tp = 1;
   double max_gib = 16;
+  std::vector<std::string> require;  // docs/COVERAGE.md: `pruned>=50%`, checked after judging
 };
 
 /// One (layer, stage) over the steps: its status and worst gate ratio.
@@ -85,9 +86,23 @@ int run(const Options& o) {
                       {"first_failure", s.first_failure}});
   }
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
-  if (pass)
+  fmt::print("{}\n", j.coverage.line());
+  // Requirements on what the run exercised: a numeric pass that did not exercise them fails.
+  nlohmann::json required = nlohmann::json::array();
+  std::string unmet;
+  for (const std::string& text : o.require) {
+    const std::string why = Requirement::parse(text).check(j.coverage);
+    if (!why.empty()) fmt::print("  NOT MET --require {}\n", why);
+    if (unmet.empty()) unmet = why;
+    required.push_back({{"require", text}, {"met", why.empty()}, {"why", why}});
+  }
+  const bool met = unmet.empty();
+  if (pass && met)
     fmt::print("verdict: pass ({} stages and {} top-k rows judged; {} not provided; {})\n",
                j.stages, j.topk_rows, j.not_provided.size(), j.worst_text());
+  else if (pass)
+    fmt::print("verdict: FAIL: every stage passes, but the run did not exercise --require {}\n",
+               unmet);
   else
     fmt::print("verdict: FAIL at step{}{}/{}: {}\n", j.first_step,
                j.first_layer < 0 ? "" : "/layer" + std::to_string(j.first_layer), j.first_stage,
@@ -96,7 +111,7 @@ int run(const Options& o) {
     nlohmann::json out{{"candidate", o.candidate},
                        {"golden", o.golden},
                        {"case_id", gc.case_id},
-                       {"verdict", pass ? "pass" : "fail"},
+                       {"verdict", pass && met ? "pass" : "fail"},
                        {"steps_provided", cand.size()},
                        {"steps", gc.steps.size()},
                        {"stages_judged", j.stages},
@@ -105,15 +120,26 @@ int run(const Options& o) {
                        {"worst_where", j.worst_where},
                        {"not_provided", j.not_provided},
                        {"failures", j.failures},
-                       {"stages", stages}};
-    out["first_failure"] = pass ? nlohmann::json(nullptr)
-                                : nlohmann::json{{"step", j.first_step},
-                                                 {"layer", j.first_layer},
-                                                 {"stage", j.first_stage},
-                                                 {"message", j.failures.front()}};
+                       {"stages", stages},
+                       {"requirements", required}};
+    nlohmann::json cov;
+    for (const auto& [name, v] : j.coverage.metrics()) cov[name] = v;
+    out["coverage"] = cov;
+    if (!pass)
+      out["first_failure"] = {{"step", j.first_step},
+                              {"layer", j.first_layer},
+                              {"stage", j.first_stage},
+                              {"message", j.failures.front()}};
+    else if (!met)
+      out["first_failure"] = {{"step", -1},
+                              {"layer", -1},
+                              {"stage", "require"},
+                              {"message", "not exercised: --require " + unmet}};
+    else
+      out["first_failure"] = nullptr;
     files::write_atomically(o.json, out.dump(2) + "\n");
   }
-  return pass ? kExitPass : kExitFail;
+  return pass && met ? kExitPass : kExitFail;
 }
 
 }  // namespace
@@ -132,6 +158,10 @@ void add_judge(CLI::App& app, int& exit_code) {
   sub->add_option("--max-gib", o->max_gib, "Refuse files whose tensors need more memory")
       ->check(positive_up_to(1 << 20))
       ->capture_default_str();
+  sub->add_option("--require", o->require,
+                  "METRIC OP VALUE[%], e.g. pruned>=50%: exit 1 unless the run exercised it "
+                  "(docs/COVERAGE.md); again for more")
+      ->check(kRequirement);
   sub->add_option("--tp", o->tp,
                   "The candidate ran as tp tensor-parallel ranks (T1 rounds each rank's o_proj "
                   "partial)")

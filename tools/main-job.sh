@@ -14,4 +14,5 @@ if ! { [ -e /dev/nvidiactl ] || nvidia-smi -L >/dev/null 2>&1; }; then
 fi
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" --target dsv32
-"./build/$preset/tools/dsv32" selfcheck "$@"
+# The default scenario must keep pruning (rows with more candidates than K): a guard on the case.
+"./build/$preset/tools/dsv32" selfcheck --require "pruned>=1" "$@"

@@ -13,6 +13,7 @@
 #include "commands.hpp"
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/coverage.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "report.hpp"
 #include "version.hpp"
@@ -36,6 +37,7 @@ struct Options {
   std::string scenario = "default";
   std::string fixtures = DSV32_FIXTURES_DIR;
   std::string json;
+  std::vector<std::string> require;  // coverage requirements (docs/COVERAGE.md)
 };
 
 std::string fmt_g(double v) {
@@ -173,14 +175,17 @@ std::vector<Verdict> run(const Options& o) {
   Oracle exact(cfg, w, Mode::exact, spec.num_blocks);
   std::string topk_problem;
   int n_rows = 0;
+  Coverage coverage;
   for (std::size_t s = 0; s < gc.steps.size(); ++s) {
     const StepInput& in = gc.steps[s];
     const StepTrace tr = exact.step(in);
+    coverage.add_step(in, cfg.index_topk);
     for (int l = 0; l < cfg.num_layers; ++l) {
       if (!cfg.is_full_layer(l)) continue;
       const TopkRows rows_l = topk_rows(tr.layers[l]);
       for (int t = 0; t < in.num_tokens; ++t) {
         const IndexScores sc = exact.index_scores(l, in, tr.layers[l], t);
+        coverage.add_scores(sc.score, cfg.index_topk);
         std::vector<int> row(rows_l.row(t).data(), rows_l.row(t).data() + cfg.index_topk);
         const std::string why = check_topk_row(row, sc.score, cfg.index_topk, 0.0);
         if (!why.empty() && topk_problem.empty())
@@ -192,6 +197,19 @@ std::vector<Verdict> run(const Options& o) {
   rows.push_back({"oracle exact: top-k rows valid against exact scores",
                   topk_problem.empty() ? "pass" : "FAIL",
                   topk_problem.empty() ? fmt::format("{} rows", n_rows) : topk_problem});
+  // What the scenario exercises, and the requirements on it (docs/COVERAGE.md).
+  std::string unmet;
+  for (const std::string& r : o.require)
+    if (const std::string why = Requirement::parse(r).check(coverage);
+        !why.empty() && unmet.empty())
+      unmet = "not exercised: --require " + why;
+  rows.push_back({o.require.empty() ? "coverage of the scenario"
+                                    : fmt::format("coverage of the scenario (--require {})",
+                                                  fmt::join(o.require, ", ")),
+                  !unmet.empty()      ? "FAIL"
+                  : o.require.empty() ? "info"
+                                      : "pass",
+                  unmet.empty() ? coverage.line().substr(10) : unmet});
 
   // The gates the GPU will face (T0 judged by itself with T1's spread) must be non-vacuous.
   double widest = 0;
@@ -232,6 +250,10 @@ void add_selfcheck(CLI::App& app, int& exit_code) {
       ->check(CLI::ExistingDirectory)
       ->capture_default_str();
   sub->add_option("--json", o->json, "Also write the verdicts as JSON here")->check(kOutputFile);
+  sub->add_option("--require", o->require,
+                  "METRIC OP VALUE[%], e.g. pruned>=50%: fail unless the scenario exercised it "
+                  "(docs/COVERAGE.md); again for more")
+      ->check(kRequirement);
   sub->add_option("--mutant", o->mutant,
                   "Switch on a mutant of the GPU build (BOUNDARIES.md section 4, docs/GPU.md) in "
                   "the GPU rows: the table must then fail (the tensor-parallel rows are left out)")

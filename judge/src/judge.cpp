@@ -219,6 +219,12 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         follow1.topk_override[l] = topk_rows(want0.back().layers[l]);
     follow1.o_proj_ranks = tp;
     want1.push_back(t1.step(in, follow1));
+    // What the case exercised: T0's own scores of every real row of every F layer.
+    j.coverage.add_step(in, K);
+    for (int l = 0; l < cfg.num_layers; ++l)
+      if (cfg.is_full_layer(l))
+        for (int t = 0; t < in.num_tokens; ++t)
+          j.coverage.add_scores(t0.index_scores(l, in, want0.back().layers[l], t).score, K);
     // Sets without the candidate's own quantized inputs: against T0's scores (TESTING.md 2).
     for (const int l : against_t0) {
       const TopkRows rows = topk_rows(gpu[s].layers[l]);

@@ -19,6 +19,7 @@ class Verdict:
     not_provided: list = field(default_factory=list)
     stages: list = field(default_factory=list)  # per stage: status, worst_ratio, ...
     report: dict = field(default_factory=dict)  # the whole JSON report
+    coverage: dict = field(default_factory=dict)  # what the run exercised (docs/COVERAGE.md)
     text: str = ""  # the table `dsv32 judge` printed
 
     def __bool__(self):
@@ -54,13 +55,16 @@ def find_tool():
         f"(cmake --preset cpu && cmake --build --preset cpu, README) or set DSV32_TOOL to it")
 
 
-def judge(candidate, golden, tool=None, tp=1):
-    """Judges candidate file `candidate` against golden file `golden` (TESTING.md's rules)."""
+def judge(candidate, golden, tool=None, tp=1, require=()):
+    """Judges candidate file `candidate` against golden file `golden` (TESTING.md's rules).
+    `require`: coverage requirements ("pruned>=50%", docs/COVERAGE.md); one not met fails the
+    verdict (first_failure's stage "require")."""
     tool = tool or find_tool()
+    flags = [f for r in require for f in ("--require", r)]
     with tempfile.TemporaryDirectory() as d:
         report = os.path.join(d, "report.json")
         p = subprocess.run([tool, "judge", candidate, "--golden", golden, "--json", report,
-                            "--tp", str(tp)], capture_output=True, text=True)
+                            "--tp", str(tp), *flags], capture_output=True, text=True)
         if p.returncode not in (0, 1) or not os.path.exists(report):
             raise JudgeError((p.stderr or p.stdout).strip())
         with open(report) as f:
@@ -71,4 +75,4 @@ def judge(candidate, golden, tool=None, tp=1):
             d["worst_ratio"] = float("inf")
     return Verdict(passed=r["verdict"] == "pass", first_failure=r.get("first_failure"),
                    failures=r["failures"], not_provided=r["not_provided"], stages=r["stages"],
-                   report=r, text=p.stdout)
+                   report=r, coverage=r.get("coverage", {}), text=p.stdout)

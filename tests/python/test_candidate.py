@@ -199,7 +199,34 @@ def golden_check(src):
               (rc(path), rc(path, "--bitwise")))
 
 
+def coverage(path):
+    """The report's coverage and --require (docs/COVERAGE.md): the perfect candidate of a golden
+    whose rows prune passes a requirement it meets and fails one it does not, naming it; a
+    malformed requirement is refused (exit 2)."""
+    g = dsv32.read_golden(path)
+    cand = os.path.join(SCRATCH, "coverage.h5")
+    dsv32.write_candidate(cand, expected_steps(g))
+    v = dsv32.judge(cand, path, require=("pruned>=1", "scored>=1"))
+    check("coverage: the perfect candidate of default prunes and meets what it exercised",
+          v.passed and v.coverage["pruned"] > 0 and v.coverage["rows"] == sum(
+              s.num_tokens for s in g.steps), v.coverage)
+    v = dsv32.judge(cand, path, require=("pruned>=1", "pruned>=100%"))
+    f = v.first_failure or {}
+    check("coverage: ... and fails a requirement it does not meet, naming it",
+          not v.passed and f.get("stage") == "require" and "pruned>=100%: pruned is" in
+          f.get("message", "") and "did not exercise --require pruned>=100%" in v.text,
+          (v.passed, f, v.text[-400:]))
+    try:
+        dsv32.judge(cand, path, require=("pruned=>1",))
+        refused = ""
+    except dsv32.JudgeError as e:
+        refused = str(e)
+    check("coverage: a malformed requirement is refused naming the comparison",
+          "comparison =>" in refused, refused)
+
+
 def main():
+    coverage(os.path.join(FIXTURES, "default.h5"))
     golden_check(os.path.join(FIXTURES, "default.h5"))
     for case in ("default", "ctx-around-k", "kv-fp8", "precision-fp32"):
         defects(os.path.join(FIXTURES, case + ".h5"), case)

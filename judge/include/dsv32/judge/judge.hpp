@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dsv32/oracle/coverage.hpp"
 #include "dsv32/oracle/oracle.hpp"
 
 namespace dsv32 {
@@ -43,6 +44,8 @@ struct Judgement {
     std::string stage_path() const;
   };
   std::vector<Row> rows;
+  /// What the steps judged exercised (T0's own scores; steps after a stop are not counted).
+  Coverage coverage;
 };
 
 /// Judges a candidate's run of `steps` (`gpu`: its traces): each F layer's top-k row is valid

@@ -1,0 +1,59 @@
+// What a run exercised (docs/COVERAGE.md): the rows that pruned, tied at the K-th score or
+// crowded one coarse score bin, padded and multi-token rows. Counted from the oracle's own index
+// scores, so it says what the case drives, whatever the implementation under test did; and a
+// requirement such as `pruned>=50%` turns a claim about a run into a check.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dsv32/oracle/scenario.hpp"
+
+namespace dsv32 {
+
+struct Coverage {
+  long rows = 0;         // real rows, over the steps
+  long padded = 0;       // padded rows (T - T_a), over the steps
+  long multi_token = 0;  // rows of a request with q > 1 new tokens and a context (verify, chunks)
+  long over_k = 0;       // rows of a request whose cached context alone exceeds K
+  long scored = 0;       // (row, F layer) pairs whose index scores were looked at
+  long pruned = 0;       // of those: more candidates than K (p + 1 > K)
+  long ties = 0;         // of the pruned: the K-th score's tie group straddles the cut
+  long largest_tie = 0;  // the largest such tie group (keys sharing the K-th score)
+  long largest_bin =
+      0;              // the most keys of one row in one coarse bin (kCoarseBits of the fp32 score)
+  long max_keys = 0;  // the longest row (p + 1 candidates)
+
+  /// Bits of an fp32 score's order key that make a coarse bin: sign, exponent and 3 mantissa
+  /// bits, as a radix select's first pass sees them.
+  static constexpr int kCoarseBits = 12;
+
+  /// Counts one step's rows (real, padded, multi-token, over K).
+  void add_step(const StepInput& in, int K);
+  /// Counts one row of index scores (positions 0..p) of an F layer.
+  void add_scores(const std::vector<double>& scores, int K);
+  void merge(const Coverage& o);
+
+  /// (name, value) of every metric, in report order; names are what a requirement names.
+  std::vector<std::pair<std::string, long>> metrics() const;
+  /// Whether a metric is a share of a base (padded of all rows, pruned of the scored, ...).
+  static bool has_share(const std::string& metric);
+  /// The denominator of a metric's percentage (0 for counts, or when the base is empty).
+  long base_of(const std::string& metric) const;
+  /// "coverage: 44 rows (12 padded, 6 multi-token), pruned 30 of 88 scored (34%), ..."
+  std::string line() const;
+};
+
+/// `pruned>=50%`, `ties>=1`, `largest_tie>=8`: a metric, a comparison (>=, >, <=, <, ==) and a
+/// count or a percentage of the metric's base.
+struct Requirement {
+  std::string text, metric, op;
+  double value = 0;
+  bool percent = false;
+  /// Parses `text`; throws std::invalid_argument naming the part that is wrong.
+  static Requirement parse(const std::string& text);
+  /// "" when met, else why not ("pruned>=50%: 12 of 88 scored rows (13.6%)").
+  std::string check(const Coverage& c) const;
+};
+
+}  // namespace dsv32

@@ -1,0 +1,165 @@
+#include "dsv32/oracle/coverage.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace dsv32 {
+namespace {
+
+/// The order key of an fp32 value (larger value, larger key), its top kCoarseBits bits.
+std::uint32_t coarse_bin(double score) {
+  const float f = static_cast<float>(score);
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return u >> (32 - Coverage::kCoarseBits);
+}
+
+std::string percent_text(long n, long base) {
+  if (base <= 0) return "";
+  std::ostringstream s;
+  s.precision(3);
+  s << " (" << 100.0 * static_cast<double>(n) / static_cast<double>(base) << "%)";
+  return s.str();
+}
+
+}  // namespace
+
+void Coverage::add_step(const StepInput& in, int K) {
+  rows += in.num_tokens;
+  padded += std::max(0, in.capture_size - in.num_tokens);
+  for (const RequestStep& r : in.requests) {
+    if (r.q > 1 && r.ctx > 0) multi_token += r.q;
+    if (r.ctx > K) over_k += r.q;
+  }
+}
+
+void Coverage::add_scores(const std::vector<double>& scores, int K) {
+  const long n = static_cast<long>(scores.size());
+  ++scored;
+  max_keys = std::max(max_keys, n);
+  std::map<std::uint32_t, long> bins;
+  for (const double s : scores) largest_bin = std::max(largest_bin, ++bins[coarse_bin(s)]);
+  if (n <= K) return;
+  ++pruned;
+  std::vector<double> sorted = scores;
+  std::nth_element(sorted.begin(), sorted.begin() + (K - 1), sorted.end(), std::greater<>());
+  const double kth = sorted[K - 1];
+  const long group = std::count(scores.begin(), scores.end(), kth);
+  const long above = std::count_if(scores.begin(), scores.end(), [&](double s) { return s > kth; });
+  if (above + group > K) {  // the tie group straddles the cut: the tie rule decides
+    ++ties;
+    largest_tie = std::max(largest_tie, group);
+  }
+}
+
+void Coverage::merge(const Coverage& o) {
+  rows += o.rows;
+  padded += o.padded;
+  multi_token += o.multi_token;
+  over_k += o.over_k;
+  scored += o.scored;
+  pruned += o.pruned;
+  ties += o.ties;
+  largest_tie = std::max(largest_tie, o.largest_tie);
+  largest_bin = std::max(largest_bin, o.largest_bin);
+  max_keys = std::max(max_keys, o.max_keys);
+}
+
+std::vector<std::pair<std::string, long>> Coverage::metrics() const {
+  return {{"rows", rows},        {"padded", padded},           {"multi_token", multi_token},
+          {"over_k", over_k},    {"scored", scored},           {"pruned", pruned},
+          {"ties", ties},        {"largest_tie", largest_tie}, {"largest_bin", largest_bin},
+          {"max_keys", max_keys}};
+}
+
+bool Coverage::has_share(const std::string& metric) {
+  return metric == "padded" || metric == "multi_token" || metric == "over_k" ||
+         metric == "pruned" || metric == "ties";
+}
+
+long Coverage::base_of(const std::string& metric) const {
+  if (metric == "padded") return rows + padded;
+  if (metric == "multi_token" || metric == "over_k") return rows;
+  if (metric == "pruned") return scored;
+  if (metric == "ties") return pruned;
+  return 0;
+}
+
+std::string Coverage::line() const {
+  std::ostringstream s;
+  s << "coverage: " << rows << " rows (" << padded << " padded, " << multi_token << " multi-token, "
+    << over_k << " past K in context); pruned " << pruned << " of " << scored << " scored"
+    << percent_text(pruned, scored) << "; ties at the K-th score " << ties << " (largest group "
+    << largest_tie << "); largest coarse bin " << largest_bin << " keys; longest row " << max_keys
+    << " keys";
+  return s.str();
+}
+
+Requirement Requirement::parse(const std::string& text) {
+  Requirement r;
+  r.text = text;
+  const std::size_t at = text.find_first_of("<>=");
+  if (at == std::string::npos || at == 0)
+    throw std::invalid_argument(text + ": give METRIC OP VALUE, e.g. pruned>=50%");
+  r.metric = text.substr(0, at);
+  const Coverage none;
+  bool known = false;
+  for (const auto& [name, v] : none.metrics()) known = known || name == r.metric;
+  if (!known) {
+    std::string names;
+    for (const auto& [name, v] : none.metrics()) names += (names.empty() ? "" : ", ") + name;
+    throw std::invalid_argument(text + ": no metric " + r.metric + " (" + names + ")");
+  }
+  std::size_t v = at;
+  while (v < text.size() && (text[v] == '<' || text[v] == '>' || text[v] == '=')) ++v;
+  r.op = text.substr(at, v - at);
+  if (r.op != ">=" && r.op != ">" && r.op != "<=" && r.op != "<" && r.op != "==")
+    throw std::invalid_argument(text + ": comparison " + r.op + " (one of >=, >, <=, <, ==)");
+  std::string num = text.substr(v);
+  if (!num.empty() && num.back() == '%') {
+    r.percent = true;
+    num.pop_back();
+    if (!Coverage::has_share(r.metric))
+      throw std::invalid_argument(text + ": " + r.metric +
+                                  " is a count, not a share (give a number)");
+  }
+  std::size_t used = 0;
+  try {
+    r.value = std::stod(num, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (num.empty() || used != num.size() || !std::isfinite(r.value) || r.value < 0 ||
+      (r.percent && r.value > 100))
+    throw std::invalid_argument(text + ": value " + num +
+                                (r.percent ? " (a percentage, 0..100)" : " (a count >= 0)"));
+  return r;
+}
+
+std::string Requirement::check(const Coverage& c) const {
+  long n = 0;
+  for (const auto& [name, v] : c.metrics())
+    if (name == metric) n = v;
+  const long base = c.base_of(metric);
+  const double got =
+      percent ? (base > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(base) : 0.0)
+              : static_cast<double>(n);
+  const bool met = op == ">="   ? got >= value
+                   : op == ">"  ? got > value
+                   : op == "<=" ? got <= value
+                   : op == "<"  ? got < value
+                                : got == value;
+  if (met) return "";
+  std::ostringstream s;
+  s << text << ": " << metric << " is " << n;
+  if (base > 0) s << " of " << base << percent_text(n, base);
+  return s.str();
+}
+
+}  // namespace dsv32
