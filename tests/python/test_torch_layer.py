@@ -30,7 +30,7 @@ DEVICE = "cuda" if CUDA else "cpu"
 # first: baked residual rows leave rows past the capture's one token zero, so the next layer's
 # first stage is wrong; the fresh uv_proj output is not what o_proj reads; a padded row's write
 # to slot 0 corrupts the keys (indexer and latent) of a token that later rows score and attend
-# over (on the H200 the judge names step 4's layer0/topk in all three modes).
+# over (on the H200, wide's first failure is step 4's layer0/topk; full and narrow fail too).
 BUGS = {
     "baked-scalar": (("full", "narrow", "wide"), {"layer1/q_c"}),
     "fresh-output": (("narrow", "wide"), {"layer0/y"}),
