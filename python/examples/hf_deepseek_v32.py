@@ -26,6 +26,11 @@ import numpy as np  # noqa: E402
 
 import dsv32  # noqa: E402
 
+import importlib.util  # noqa: E402
+
+if importlib.util.find_spec("transformers") is None:  # said before torch's import (seconds)
+    print("skipped: transformers' DeepSeek-V3.2 model is not importable here (no transformers)")
+    sys.exit(77)
 try:
     import torch
     from transformers.models.deepseek_v32 import modeling_deepseek_v32 as hf
