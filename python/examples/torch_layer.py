@@ -192,16 +192,19 @@ class Stack(torch.nn.Module):
             dt.record(f"layer{l}/kI_scale", ks)
         return q_c
 
+    def w_kv_b(self, l):
+        """W_kv_b viewed (H, dn + dv, Lkv): per head W_UK's dn rows, then W_UV's dv (MATH.md 4)."""
+        c = self.config
+        return self.w[l]["w_kv_b"].view(c["num_heads"], c["qk_nope_head_dim"] + c["v_head_dim"], -1)
+
     @dt.op("q_b_proj")
     def q_b_proj(self, l, q_c, out):
         return into(out, (q_c @ self.w[l]["w_q_b"].T).view(out.shape))
 
     @dt.op("uk_absorb")
     def uk_absorb(self, l, q, out):
-        c = self.config
-        wkv = self.w[l]["w_kv_b"].view(c["num_heads"], c["qk_nope_head_dim"] + c["v_head_dim"], -1)
-        into(out, torch.einsum("thn,hnl->thl", q[..., :c["qk_nope_head_dim"]],
-                               wkv[:, :c["qk_nope_head_dim"]]))
+        dn = self.config["qk_nope_head_dim"]
+        into(out, torch.einsum("thn,hnl->thl", q[..., :dn], self.w_kv_b(l)[:, :dn]))
         dt.record(f"layer{l}/ql", out)
         return out
 
@@ -284,9 +287,8 @@ class Stack(torch.nn.Module):
 
     @dt.op("uv_proj")
     def uv_proj(self, l, olat, out):
-        c = self.config
-        wkv = self.w[l]["w_kv_b"].view(c["num_heads"], c["qk_nope_head_dim"] + c["v_head_dim"], -1)
-        o = torch.einsum("hvl,thl->thv", wkv[:, c["qk_nope_head_dim"]:], olat).reshape(out.shape)
+        o = torch.einsum("hvl,thl->thv", self.w_kv_b(l)[:, self.config["qk_nope_head_dim"]:],
+                         olat).reshape(out.shape)
         if self.bug == "fresh-output":
             out = o.clone()  # the bug: a buffer of its own, not the one the graphs hold
         else:

@@ -76,6 +76,7 @@ class Runner:
             raise RuntimeError(f"mode {mode} captures CUDA graphs: it needs a CUDA device, "
                                f"not {self.device}")
         self.graphs, self.static, self.notes, self.memory = {}, {}, [], {}
+        self.grown = set()  # capture sizes whose memory growth is noted
         self.capturing = None  # the Segments being captured
         self.stages = {}
         self.stream = torch.cuda.Stream(self.device) if self.plan is not None else None
@@ -204,11 +205,11 @@ class Runner:
         seen = self.memory.setdefault(T, [])
         seen.append(torch.cuda.memory_allocated(self.device))
         if len(seen) >= 3 and seen[-3] < seen[-2] < seen[-1]:
-            note = (f"device memory grows at every replay of capture size {T} (by "
-                    f"{(seen[-1] - seen[-3]) // 2} bytes a replay, at step {step}): an eager op "
-                    f"keeps what it allocates")
-            if note.split(" (by")[0] not in " ".join(self.notes):
-                self.notes.append(note)
+            if T not in self.grown:  # one note a capture size
+                self.grown.add(T)
+                self.notes.append(f"device memory grows at every replay of capture size {T} (by "
+                                  f"{(seen[-1] - seen[-3]) // 2} bytes a replay, at step {step}): "
+                                  f"an eager op keeps what it allocates")
 
     def _check_address(self, name, was, now):
         pairs = zip(was, now) if isinstance(was, (tuple, list)) else [(was, now)]

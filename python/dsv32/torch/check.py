@@ -9,7 +9,7 @@ from ..candidate import write_candidate
 from ..golden import Golden, read_golden
 from ..verdict import judge
 from .batch import Inputs
-from .capture import MODES, Runner
+from .capture import Runner
 
 # The config keys a layer's own `config` (a dict, when it has one) must agree on with a golden.
 SHAPE_KEYS = ("hidden_size", "num_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
@@ -47,10 +47,9 @@ def _check_config(layer, golden):
 def run_steps(layer, golden, mode="eager", device="cpu", dtype=torch.float64, steps=None):
     """The candidate steps (name -> numpy array) of `layer` over the golden's steps, and the
     runner (its `notes`)."""
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
+    runner = Runner(mode, device)  # refuses an unknown mode, or capture without CUDA
     _check_config(layer, golden)
-    inputs, runner = Inputs(golden, device, dtype), Runner(mode, device)
+    inputs = Inputs(golden, device, dtype)
     D = golden.config["hidden_size"]
     out = []
     for s in range(len(golden.steps)) if steps is None else steps:
