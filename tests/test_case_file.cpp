@@ -2,6 +2,7 @@
 // MATH.md's config, a user's case generated and read back, and bad files refused by field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,7 +27,7 @@ TEST(CaseFiles, EveryRegistryCaseIsItsFile) {
   // The registry is built from fixtures/cases/*.json; each file read from disk gives the same
   // case (Golden.RegeneratedFixturesAreByteIdentical then holds them to the fixtures' bytes).
   const auto& reg = golden::registry();
-  ASSERT_EQ(reg.size(), 16u);
+  ASSERT_EQ(reg.size(), 20u);
   for (const golden::CaseSpec& c : reg) {
     const golden::CaseSpec f =
         golden::read_case_file(std::string(DSV32_FIXTURES_DIR) + "/cases/" + c.name + ".json");
@@ -34,6 +35,9 @@ TEST(CaseFiles, EveryRegistryCaseIsItsFile) {
     EXPECT_EQ(f.seed, c.seed) << c.name;
     EXPECT_EQ(f.num_blocks, c.num_blocks) << c.name;
     EXPECT_EQ(f.committed, c.committed) << c.name;
+    EXPECT_EQ(f.hidden, c.hidden) << c.name;
+    EXPECT_EQ(f.zero_index_key_rope, c.zero_index_key_rope) << c.name;
+    EXPECT_EQ(f.require, c.require) << c.name;
     ASSERT_EQ(f.steps.size(), c.steps.size()) << c.name;
     for (std::size_t s = 0; s < f.steps.size(); ++s) {
       EXPECT_EQ(f.steps[s].capture_size, c.steps[s].capture_size) << c.name;
@@ -148,6 +152,21 @@ TEST(CaseFiles, BadFilesAreRefusedNamingTheField) {
       {with(R"({"preset": "no-such"})", ok_steps), "bad.json: config: unknown preset 'no-such'"},
       {R"({"name": "x", "config": {"preset": "tiny"}})", "bad.json: missing key 'steps'"},
       {"{not json", "bad.json: not JSON"},
+      {with(R"({"preset": "tiny"})",
+            R"("steps": [{"requests": [{"id": 0, "new_tokens": 2}]},
+                         {"requests": [{"id": 0, "new_tokens": 1, "hidden": {"repeat": 2}}]}])"),
+       "bad.json: steps[1].requests[0].hidden: request 0 is already running: give 'hidden' at "
+       "its first step"},
+      {with(R"({"preset": "tiny"})",
+            R"("steps": [{"requests": [{"id": 0, "new_tokens": 2, "hidden": {"repeat": 0}}]}])"),
+       "bad.json: steps[0].requests[0].hidden.repeat: expected an integer in [1, 1073741824], got "
+       "0"},
+      {R"({"name": "x", "config": {"preset": "tiny-fs"}, "weights": {"zero_index_key_rope": [1]},
+           )" +
+           ok_steps + "}",
+       "bad.json: weights.zero_index_key_rope[0]: layer 1 is an S layer (no index keys)"},
+      {R"({"name": "x", "config": {"preset": "tiny"}, "require": ["pruned=>1"], )" + ok_steps + "}",
+       "bad.json: require[0]: pruned=>1: comparison => (one of >=, >, <=, <, ==)"},
   };
   for (const auto& [text, want] : cases) {
     const std::string why = refusal(text);
@@ -155,6 +174,40 @@ TEST(CaseFiles, BadFilesAreRefusedNamingTheField) {
   }
   const std::string why = refusal(with(R"({"hf_config": "/no/such/config.json"})", ok_steps));
   EXPECT_NE(why.find("/no/such/config.json: no such file"), std::string::npos) << why;
+}
+
+TEST(CaseFiles, AClaimTheCaseDoesNotMeetIsRefusedWhenItIsGenerated) {
+  // Three tokens never outnumber K = 8: nothing prunes, so the claim is false.
+  const std::string text = R"({"name": "x", "config": {"preset": "tiny"}, "require": ["pruned>=1"],
+                               "steps": [{"requests": [{"id": 0, "new_tokens": 3}]}]})";
+  const golden::CaseSpec spec = golden::case_from_json(text, "x.json");
+  try {
+    golden::generate(spec, "test");
+    ADD_FAILURE() << "a false claim was accepted";
+  } catch (const golden::CaseFileError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "case x does not exercise what it claims: pruned>=1: pruned is 0 of 3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CaseFiles, RepeatedHiddenRowsAndZeroRotaryKeysTieExactly) {
+  // A token repeated with no rotary part in the index keys: every key equal, but the distinct
+  // position's.
+  const std::string text = R"({"name": "x", "config": {"preset": "tiny"},
+      "weights": {"zero_index_key_rope": [0]},
+      "steps": [{"requests": [{"id": 0, "new_tokens": 12, "hidden": {"repeat": 1, "distinct": [4]}}]}]})";
+  const golden::GoldenCase gc = golden::generate(golden::case_from_json(text, "x.json"), "test");
+  const Tensor& k = gc.expected[0].layers[0].at("kI8");
+  const Tensor& scale = gc.expected[0].layers[0].at("kI_scale");
+  const std::int64_t dI = k.shape[1];
+  for (std::int64_t t = 1; t < 12; ++t) {
+    const bool same =
+        std::equal(k.data.begin() + t * dI, k.data.begin() + (t + 1) * dI, k.data.begin()) &&
+        scale.data[t] == scale.data[0];
+    EXPECT_EQ(same, t != 4) << "position " << t;
+  }
 }
 
 }  // namespace

@@ -56,6 +56,22 @@ TEST(Coverage, StepsCountPaddedMultiTokenAndLongContextRows) {
   EXPECT_EQ(c.over_k, 1);       // request 0's context of 20 exceeds K = 8
 }
 
+TEST(Coverage, RowsAtTheShortcutsEdgeAreCounted) {
+  Coverage c;
+  for (const int n : {6, 7, 8, 9, 10}) c.add_scores(std::vector<double>(n, 1.0), 8);
+  EXPECT_EQ(c.k_edge, 3);  // 7, 8 and 9 candidates: K - 1, K and K + 1
+}
+
+TEST(Coverage, ABlockServingASecondRequestIsReused) {
+  StepInput a, b;
+  a.requests = {{0, 0, 4, {3, 7}}, {1, 0, 2, {5}}};
+  b.requests = {{1, 2, 1, {5}}, {2, 0, 3, {7, -1}}};  // -1: a golden's table padding
+  Coverage c;
+  c.add_step(a, 8);
+  c.add_step(b, 8);
+  EXPECT_EQ(c.reused_blocks, 1);  // block 7, request 0's, now request 2's; 5 stays request 1's
+}
+
 TEST(Coverage, MergeAddsCountsAndKeepsLargest) {
   Coverage a, b;
   a.add_scores({5, 4, 4, 4, 1}, 2);

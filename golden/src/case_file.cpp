@@ -2,6 +2,7 @@
 
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/json_text.hpp"
+#include "dsv32/oracle/coverage.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -143,6 +144,20 @@ std::string pattern_from_freq(const At& a, int num_layers) {
   return topk_pattern_from_vllm(num_layers, freq, offset);
 }
 
+/// A request's `hidden`: {"repeat": N, "distinct": [positions]} (docs/CASES.md).
+HiddenShape hidden_shape(const At& a) {
+  a.object({"repeat", "distinct"});
+  HiddenShape h;
+  if (a.has("repeat")) h.repeat = static_cast<int>(a["repeat"].integer(1, 1 << 30));
+  if (a.has("distinct")) {
+    const At d = a["distinct"];
+    if (d.array().size() > 4096) d.fail("at most 4096 positions");
+    for (std::size_t i = 0; i < d.v.size(); ++i)
+      h.distinct.push_back(static_cast<int>(d[i].integer(0, 1 << 30)));
+  }
+  return h;
+}
+
 /// `text` parsed as JSON, or a CaseFileError naming `where`.
 json parse_json(const std::string& text, const std::string& where) {
   try {
@@ -251,7 +266,8 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
                         const CaseLimits& lim) {
   const json j = parse_json(text, where);
   const At root{j, "", where};
-  root.object({"name", "description", "seed", "config", "cache", "steps", "committed"});
+  root.object({"name", "description", "seed", "config", "cache", "steps", "committed", "weights",
+               "require"});
   root.require("name");
   root.require("config");
   root.require("steps");
@@ -308,6 +324,31 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
     cfg.fail(e.what());
   }
   spec.cfg = c;
+  if (root.has("require")) {
+    const At req = root["require"];
+    for (std::size_t i = 0; i < req.array().size(); ++i) {
+      const std::string text = req[i].text();
+      try {
+        Requirement::parse(text);
+      } catch (const std::invalid_argument& e) {
+        req[i].fail(e.what());
+      }
+      spec.require.push_back(text);
+    }
+  }
+  if (root.has("weights")) {
+    const At w = root["weights"];
+    w.object({"zero_index_key_rope"});
+    if (w.has("zero_index_key_rope")) {
+      const At layers = w["zero_index_key_rope"];
+      for (std::size_t i = 0; i < layers.array().size(); ++i) {
+        const int l = static_cast<int>(layers[i].integer(0, c.num_layers - 1));
+        if (!c.is_full_layer(l))
+          layers[i].fail("layer " + std::to_string(l) + " is an S layer (no index keys)");
+        spec.zero_index_key_rope.push_back(l);
+      }
+    }
+  }
   if (root.has("cache")) {
     const At cache = root["cache"];
     cache.object({"num_blocks", "allocation"});
@@ -335,10 +376,16 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
     std::set<int> seen;
     for (std::size_t r = 0; r < reqs.v.size(); ++r) {
       const At rq = reqs[r];
-      rq.object({"id", "new_tokens"});
+      rq.object({"id", "new_tokens", "hidden"});
       rq.require("id");
       rq.require("new_tokens");
       const int id = static_cast<int>(rq["id"].integer(0, 1 << 30));
+      if (rq.has("hidden")) {
+        if (live.count(id))
+          rq["hidden"].fail("request " + std::to_string(id) +
+                            " is already running: give 'hidden' at its first step");
+        spec.hidden[id] = hidden_shape(rq["hidden"]);
+      }
       const int q = static_cast<int>(rq["new_tokens"].integer(1, lim.max_tokens_per_step));
       if (!seen.insert(id).second)
         rq["id"].fail("request " + std::to_string(id) + " twice in one step");

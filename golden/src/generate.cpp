@@ -5,6 +5,7 @@
 
 #include "dsv32/golden/case_file.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/coverage.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/scenario.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
@@ -44,6 +45,16 @@ void round_to_storage(const Config& cfg, std::vector<StepTrace>& steps) {
   }
 }
 
+/// What step `in` exercised, from T0's own scores (as judge() counts a candidate's run).
+void count(const Oracle& exact, const Config& cfg, const StepInput& in, const StepTrace& t0,
+           Coverage& coverage) {
+  coverage.add_step(in, cfg.index_topk);
+  for (int l = 0; l < cfg.num_layers; ++l)
+    if (cfg.is_full_layer(l))
+      for (int t = 0; t < in.num_tokens; ++t)
+        coverage.add_scores(exact.index_scores(l, in, t0.layers[l], t).score, cfg.index_topk);
+}
+
 }  // namespace
 
 std::pair<std::vector<StepTrace>, std::vector<StepTrace>> recompute(const GoldenCase& c) {
@@ -64,17 +75,32 @@ GoldenCase generate(const CaseSpec& spec, const std::string& generator,
   c.tolerance_profile = std::string(to_string(spec.cfg.precision));
   c.num_blocks = spec.num_blocks;
   c.weights = Weights::generate(spec.cfg, spec.seed);
+  // Top-k stress (docs/CASES.md): the rotary part of these layers' index keys is zero (its
+  // gain and bias), so that equal hidden rows make equal keys, and equal scores, at every
+  // position.
+  const int dr = spec.cfg.qk_rope_head_dim;
+  for (const int l : spec.zero_index_key_rope) {
+    IndexerWeights& iw = c.weights.layers.at(static_cast<std::size_t>(l)).indexer.value();
+    iw.g_k.head(dr).setZero();
+    iw.b_k.head(dr).setZero();
+  }
   OraclePair oracles(spec.cfg, std::make_shared<const Weights>(c.weights), spec.num_blocks);
   ScenarioBuilder builder(spec.cfg, spec.seed, spec.num_blocks);
+  for (const auto& [id, shape] : spec.hidden) builder.shape(id, shape);
   const int n = static_cast<int>(spec.steps.size());
+  Coverage coverage;
   for (int s = 0; s < n; ++s) {
     const StepPlan& p = spec.steps[s];
     StepInput in = builder.step(p.requests, p.capture_size, Poison::nan);
     oracles.step(spec.cfg, in, c.expected, c.emulated);
+    if (!spec.require.empty()) count(oracles.exact, spec.cfg, in, c.expected.back(), coverage);
     c.steps.push_back(std::move(in));
     for (int id : p.finish_after) builder.finish(id);
     if (progress) progress(s + 1, n);
   }
+  for (const std::string& r : spec.require)
+    if (const std::string why = Requirement::parse(r).check(coverage); !why.empty())
+      throw CaseFileError("case " + spec.name + " does not exercise what it claims: " + why);
   // A golden whose own gates are vacuous or unusable (an epsilon or a YaRN value that flattens
   // a stage to nothing) could never fail a candidate: it is refused, not written.
   for (const StageDiff& d : diff_traces(c.cfg, c.expected, c.expected, c.emulated))

@@ -36,6 +36,12 @@ void Coverage::add_step(const StepInput& in, int K) {
   for (const RequestStep& r : in.requests) {
     if (r.q > 1 && r.ctx > 0) multi_token += r.q;
     if (r.ctx > K) over_k += r.q;
+    const int blocks = static_cast<int>(r.block_table.size());
+    for (int b = 0; b < blocks; ++b) {
+      if (r.block_table[b] < 0) continue;  // a golden's table padding
+      const auto [it, fresh] = block_owner.try_emplace(r.block_table[b], r.id);
+      if (!fresh && it->second != r.id) ++reused_blocks, it->second = r.id;
+    }
   }
 }
 
@@ -45,6 +51,7 @@ void Coverage::add_scores(const std::vector<double>& scores, int K) {
   max_keys = std::max(max_keys, n);
   std::map<std::uint32_t, long> bins;
   for (const double s : scores) largest_bin = std::max(largest_bin, ++bins[coarse_bin(s)]);
+  if (n >= K - 1 && n <= K + 1) ++k_edge;
   if (n <= K) return;
   ++pruned;
   std::vector<double> sorted = scores;
@@ -69,24 +76,26 @@ void Coverage::merge(const Coverage& o) {
   largest_tie = std::max(largest_tie, o.largest_tie);
   largest_bin = std::max(largest_bin, o.largest_bin);
   max_keys = std::max(max_keys, o.max_keys);
+  k_edge += o.k_edge;
+  reused_blocks += o.reused_blocks;
 }
 
 std::vector<std::pair<std::string, long>> Coverage::metrics() const {
-  return {{"rows", rows},        {"padded", padded},           {"multi_token", multi_token},
-          {"over_k", over_k},    {"scored", scored},           {"pruned", pruned},
-          {"ties", ties},        {"largest_tie", largest_tie}, {"largest_bin", largest_bin},
-          {"max_keys", max_keys}};
+  return {{"rows", rows},         {"padded", padded},           {"multi_token", multi_token},
+          {"over_k", over_k},     {"scored", scored},           {"pruned", pruned},
+          {"ties", ties},         {"largest_tie", largest_tie}, {"largest_bin", largest_bin},
+          {"max_keys", max_keys}, {"k_edge", k_edge},           {"reused_blocks", reused_blocks}};
 }
 
 bool Coverage::has_share(const std::string& metric) {
   return metric == "padded" || metric == "multi_token" || metric == "over_k" ||
-         metric == "pruned" || metric == "ties";
+         metric == "pruned" || metric == "ties" || metric == "k_edge";
 }
 
 long Coverage::base_of(const std::string& metric) const {
   if (metric == "padded") return rows + padded;
   if (metric == "multi_token" || metric == "over_k") return rows;
-  if (metric == "pruned") return scored;
+  if (metric == "pruned" || metric == "k_edge") return scored;
   if (metric == "ties") return pruned;
   return 0;
 }
@@ -97,7 +106,7 @@ std::string Coverage::line() const {
     << over_k << " past K in context); pruned " << pruned << " of " << scored << " scored"
     << percent_text(pruned, scored) << "; ties at the K-th score " << ties << " (largest group "
     << largest_tie << "); largest coarse bin " << largest_bin << " keys; longest row " << max_keys
-    << " keys";
+    << " keys; " << k_edge << " rows at K-1..K+1 candidates; " << reused_blocks << " blocks reused";
   return s.str();
 }
 

@@ -100,7 +100,15 @@ ScenarioBuilder::ScenarioBuilder(const Config& cfg, std::uint64_t seed, int num_
 }
 
 std::vector<double> ScenarioBuilder::hidden_row(int id, int position) const {
-  const rng::Stream s(seed_, "hidden/request" + std::to_string(id));
+  std::string key = "hidden/request" + std::to_string(id);
+  if (const auto it = shapes_.find(id); it != shapes_.end()) {
+    const HiddenShape& h = it->second;
+    if (std::find(h.distinct.begin(), h.distinct.end(), position) != h.distinct.end())
+      key += "/distinct";  // the position's own row, drawn apart from the repeated ones
+    else if (h.repeat > 0)
+      position %= h.repeat;
+  }
+  const rng::Stream s(seed_, key);
   const int D = cfg_.hidden_size;
   std::vector<double> row(D);
   for (int d = 0; d < D; ++d) {

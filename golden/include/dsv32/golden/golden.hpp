@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,7 +98,10 @@ struct CaseSpec {
   std::uint64_t seed = 1;
   int num_blocks = 64;
   std::vector<StepPlan> steps;
-  bool committed = true;  // small enough for fixtures/
+  bool committed = true;                 // small enough for fixtures/
+  std::map<int, HiddenShape> hidden;     // request id -> how its hidden rows repeat
+  std::vector<int> zero_index_key_rope;  // F layers whose index keys have no rotary part
+  std::vector<std::string> require;      // what the case claims to exercise (COVERAGE.md)
 };
 
 /// The registry (GOLDEN.md / issue 4 coverage), in a fixed order.
@@ -106,7 +110,8 @@ const std::vector<CaseSpec>& registry();
 CaseSpec find_case(const std::string& name);  // a copy: no reference into a temporary
 
 /// Runs the oracle in both modes (T1 on T0's index sets) over the case's steps. `progress`
-/// gets (step, steps) after each step.
+/// gets (step, steps) after each step. A case whose `require` (its claims about what it
+/// exercises, counted from T0's scores as the judge counts them) does not hold is refused.
 GoldenCase generate(const CaseSpec& spec, const std::string& generator,
                     const std::function<void(int, int)>& progress = {});
 

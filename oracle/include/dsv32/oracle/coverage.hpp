@@ -4,6 +4,7 @@
 // requirement such as `pruned>=50%` turns a claim about a run into a check.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,18 @@ struct Coverage {
   long largest_bin =
       0;              // the most keys of one row in one coarse bin (kCoarseBits of the fp32 score)
   long max_keys = 0;  // the longest row (p + 1 candidates)
+  long k_edge = 0;    // scored rows at the shortcut's edge: K - 1, K or K + 1 candidates
+  long reused_blocks = 0;  // cache blocks that served a request after another one held them
+
+  /// The request each cache block last served (add_step's memory for reused_blocks).
+  std::map<int, int> block_owner;
 
   /// Bits of an fp32 score's order key that make a coarse bin: sign, exponent and 3 mantissa
   /// bits, as a radix select's first pass sees them.
   static constexpr int kCoarseBits = 12;
 
-  /// Counts one step's rows (real, padded, multi-token, over K).
+  /// Counts one step's rows (real, padded, multi-token, over K) and its blocks that another
+  /// request held before; call in step order.
   void add_step(const StepInput& in, int K);
   /// Counts one row of index scores (positions 0..p) of an F layer.
   void add_scores(const std::vector<double>& scores, int K);

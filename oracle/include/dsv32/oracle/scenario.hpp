@@ -56,6 +56,15 @@ struct StepRequest {
   int q;
 };
 
+/// How a request's hidden rows repeat (docs/CASES.md, top-k stress): with `repeat` N > 0,
+/// position p takes position p mod N's row (a phrase of N tokens over and over), except the
+/// positions in `distinct`, which take rows of their own (an outlier in the run).
+struct HiddenShape {
+  int repeat = 0;  // 0: every position its own row
+  std::vector<int> distinct;
+  bool operator==(const HiddenShape&) const = default;
+};
+
 /// Builds scenarios over persistent caches: tracks each request's context, hands out physical
 /// blocks from a seeded permutation (so block tables are out of order), frees them on finish,
 /// and draws hidden rows from the counter RNG keyed by (request id, position), so a request's
@@ -70,6 +79,8 @@ class ScenarioBuilder {
   void finish(int id);
   int ctx(int id) const;
   int num_blocks() const { return num_blocks_; }
+  /// Shapes request `id`'s hidden rows (before its first step).
+  void shape(int id, HiddenShape h) { shapes_[id] = std::move(h); }
   /// The hidden row of request `id` at `position` (bf16 values in bf16 precision).
   std::vector<double> hidden_row(int id, int position) const;
 
@@ -84,6 +95,7 @@ class ScenarioBuilder {
   std::vector<int> free_;  // stack of free physical blocks, in permuted order
   std::map<int, Live> live_;
   std::vector<int> finished_;
+  std::map<int, HiddenShape> shapes_;
 };
 
 }  // namespace dsv32
