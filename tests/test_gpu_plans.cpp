@@ -83,7 +83,7 @@ TEST(GpuPlans, OneStackKeepsTwoPlansOfOneCaptureSizeApart) {
 
 TEST(GpuPlans, OneStackKeepsTheFullAndThePiecewiseGraphOfOneSizeApart) {
   DSV32_REQUIRE_GPU();
-  // full-and-piecewise on one stack: decode-only and mixed steps alternate at one capture size,
+  // full-and-piecewise on one stack: uniform decode and mixed steps alternate at one capture size,
   // contexts growing past K and requests joining and finishing. Each step must give eager's
   // bits; a stack that keyed its graphs by size alone would replay the first step's kind of
   // graph for the other (the full graph's decode kernels are wrong for a mixed batch, and the
@@ -92,22 +92,22 @@ TEST(GpuPlans, OneStackKeepsTheFullAndThePiecewiseGraphOfOneSizeApart) {
   const golden::GoldenCase gc = golden::read(fixture("default"));
   ScenarioBuilder b(gc.cfg, 7, gc.num_blocks);
   std::vector<StepInput> steps;
-  steps.push_back(b.step({{0, 1}, {1, 1}}, 8));          // decode-only: the full graph
+  steps.push_back(b.step({{0, 1}, {1, 1}}, 8));          // uniform decode: the full graph
   steps.push_back(b.step({{0, 1}, {1, 1}, {2, 4}}, 8));  // mixed: narrow's graph
-  steps.push_back(b.step({{0, 1}, {1, 1}, {2, 1}}, 8));  // decode-only
+  steps.push_back(b.step({{0, 1}, {1, 1}, {2, 1}}, 8));  // uniform decode
   steps.push_back(b.step({{0, 6}, {2, 1}}, 8));          // mixed: contexts past K
-  steps.push_back(b.step({{0, 1}, {1, 1}, {2, 1}}, 8));  // decode-only, past K
+  steps.push_back(b.step({{0, 1}, {1, 1}, {2, 1}}, 8));  // uniform decode, past K
   b.finish(1);
   steps.push_back(b.step({{3, 3}, {0, 1}}, 8));          // a request joins
-  steps.push_back(b.step({{0, 1}, {2, 1}, {3, 1}}, 8));  // decode-only
+  steps.push_back(b.step({{0, 1}, {2, 1}, {3, 1}}, 8));  // uniform decode
   const std::vector<StepTrace> eager = run_plan(gc.cfg, gc.weights, gc.num_blocks, steps, "eager");
   const boundary::Plan fp = boundary::plan_preset("full-and-piecewise", gc.cfg);
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 8);
   for (std::size_t s = 0; s < steps.size(); ++s) {
     const CompareResult r = compare_abs(stack.run(fp, steps[s]).output, eager[s].output, 0.0);
     EXPECT_TRUE(r.pass) << "step " << s
-                        << (boundary::decode_only(steps[s]) ? " (decode-only)" : " (mixed)") << ": "
-                        << r.summary();
+                        << (boundary::uniform_decode(steps[s]) ? " (uniform decode)" : " (mixed)")
+                        << ": " << r.summary();
   }
   EXPECT_EQ(stack.capture_count(), 2);
 }
@@ -197,7 +197,7 @@ TEST(GpuPlans, DecodeBatchesUpTo512UnderEveryPlan) {
   const int num_blocks = 4000;  // 515 requests of up to 30 tokens, blocks of 5
   const std::vector<StepInput> steps = decode_steps(cfg, num_blocks);
   ASSERT_EQ(max_capture_size(steps), 512);
-  for (std::size_t s = 1; s < steps.size(); ++s) ASSERT_TRUE(boundary::decode_only(steps[s]));
+  for (std::size_t s = 1; s < steps.size(); ++s) ASSERT_TRUE(boundary::uniform_decode(steps[s]));
   EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, boundary::plan_names()), "");
 }
 

@@ -3,7 +3,7 @@
 //   gates (TESTING.md), padded rows are poisoned;
 // - a stateful test (rc::state) whose commands admit, decode, grow and finish requests, change
 //   T_a under the same capture size, capture and recapture; each step must give eager's bits,
-//   the stack must hold one capture per size and kind of graph (a dispatch plan's decode-only
+//   the stack must hold one capture per size and kind of graph (a dispatch plan's uniform decode
 //   steps replay its full graph, its other steps the piecewise plan's, at the same sizes), and
 //   the oracle judges the whole run at the end.
 //
@@ -102,7 +102,7 @@ struct Model {
   int last_T = 0;
   std::set<Graph> captured;
   int tokens = 0;
-  bool dispatch = false;        // device-driven: decode-only steps take graph kind 0
+  bool dispatch = false;        // device-driven: uniform decode steps take graph kind 0
   bool mixed_captures = false;  // ... and the others kind 1 (else they run eagerly)
   /// The graph a step of `reqs` at size T takes, if any.
   std::optional<Graph> graph_of(const std::vector<StepRequest>& reqs, int T) const {

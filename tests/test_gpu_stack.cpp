@@ -206,7 +206,7 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       EXPECT_EQ(leads_other, leads_two) << name << " under " << plan;
       EXPECT_EQ(forks_one, 0) << name << " under " << plan << ": overlap off forked";
       EXPECT_EQ(leads_one, 0) << name << " under " << plan << ": overlap off led";
-      // Which plan runs a step: a dispatch plan's steps that are not decode-only run its
+      // Which plan runs a step: a dispatch plan's steps that are not a uniform decode run its
       // piecewise plan (or eagerly).
       const auto leads_under = [&](const boundary::Plan& q) {
         bool leads = !q.capture;

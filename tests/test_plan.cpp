@@ -61,20 +61,29 @@ TEST(PlanPresets, FullCapturesHostOpsOnlyWithTheirDeviceDrivenVariants) {
   EXPECT_EQ(boundary::full_and_piecewise(cfg, "wide").name, "full-and-piecewise:wide");
 }
 
-TEST(PlanDispatch, DecodeOnlyStepsGoToTheFullGraphAndOthersToThePiecewisePlan) {
+TEST(PlanDispatch, UniformDecodeStepsGoToTheFullGraphAndOthersToThePiecewisePlan) {
   const Config cfg = preset("tiny-fs");
   ScenarioBuilder b(cfg, 1, 40);
   const StepInput prefill = b.step({{0, 4}, {1, 3}}, 8);
   const StepInput decode = b.step({{0, 1}, {1, 1}}, 8);
   const StepInput mixed = b.step({{0, 1}, {1, 1}, {2, 2}}, 8);
   const StepInput first_tokens = b.step({{3, 1}, {4, 1}}, 2);  // new requests, one token each
-  EXPECT_FALSE(boundary::decode_only(prefill));
-  EXPECT_TRUE(boundary::decode_only(decode));
-  EXPECT_FALSE(boundary::decode_only(mixed));
-  EXPECT_TRUE(boundary::decode_only(first_tokens));
+  EXPECT_FALSE(boundary::uniform_decode(prefill));
+  EXPECT_TRUE(boundary::uniform_decode(decode));
+  EXPECT_FALSE(boundary::uniform_decode(mixed));
+  EXPECT_TRUE(boundary::uniform_decode(first_tokens));
+  // Speculative decoding's verify: requests past their prefill with 1 + drafts tokens each.
+  const StepInput verify = b.step({{0, 3}, {1, 3}, {3, 3}}, 16);
+  const StepInput verify_and_decode = b.step({{0, 3}, {1, 1}}, 8);
+  const StepInput equal_prefills = b.step({{5, 3}, {6, 3}}, 8);
+  EXPECT_TRUE(boundary::uniform_decode(verify));
+  EXPECT_FALSE(boundary::uniform_decode(verify_and_decode));
+  EXPECT_FALSE(boundary::uniform_decode(equal_prefills));  // prefills, not a verify
   const boundary::Plan fp = boundary::plan_preset("full-and-piecewise", cfg);
   const boundary::Plan full = boundary::plan_preset("full", cfg);
   EXPECT_EQ(&fp.serving(decode), &fp);
+  EXPECT_EQ(&fp.serving(verify), &fp);
+  EXPECT_EQ(fp.serving(verify_and_decode).name, "narrow");
   EXPECT_EQ(fp.serving(mixed).name, "narrow");
   EXPECT_EQ(fp.serving(prefill).name, "narrow");
   EXPECT_EQ(full.serving(mixed).name, "eager");  // vLLM's FULL_DECODE_ONLY
@@ -86,13 +95,20 @@ TEST(PlanDispatch, DecodeOnlyStepsGoToTheFullGraphAndOthersToThePiecewisePlan) {
   EXPECT_NE(fp.signature(), full.signature());
   EXPECT_NE(fp.signature(), boundary::full_and_piecewise(cfg, "wide").signature());
   // The full graphs' mutants need full graphs.
-  for (const char* m : {"full-for-mixed", "stale-full-metadata", "stale-short-prefill"}) {
+  for (const char* m :
+       {"full-for-mixed", "stale-full-metadata", "stale-short-prefill", "verify-stride"}) {
     EXPECT_TRUE(boundary::is_full_graph_mutant(m));
     EXPECT_EQ(boundary::mutant_plan(m), "full-and-piecewise");
     EXPECT_THROW(boundary::mutate_plan(narrow, m), boundary::PlanError) << m;
     EXPECT_NO_THROW(boundary::mutate_plan(fp, m)) << m;
   }
   EXPECT_EQ(boundary::mutant_plan("fresh-output"), "narrow");
+  // Issue 41's mutants each show on their family's case; the others on mutant-bait.
+  EXPECT_EQ(boundary::mutant_bait("verify-stride"), "spec-verify");
+  EXPECT_EQ(boundary::mutant_bait("topk-bin-overflow"), "topk-stress");
+  EXPECT_EQ(boundary::mutant_bait("topk-edge"), "chunk-edges");
+  EXPECT_EQ(boundary::mutant_bait("reused-block-skip"), "block-reuse");
+  EXPECT_EQ(boundary::mutant_bait("stale-positions"), "mutant-bait");
 }
 
 TEST(PlanSignature, NamesWhatIsRecordedNotWhatItIsCalled) {
@@ -151,7 +167,7 @@ TEST(PlanMutants, EveryStackMutantHasItsOwnValue) {
     EXPECT_EQ(std::count(seen.begin(), seen.end(), m), 0) << name << " shares its value";
     seen.push_back(m);
   }
-  EXPECT_EQ(seen.size(), 11u);
+  EXPECT_EQ(seen.size(), 15u);
   EXPECT_THROW(boundary::stack_mutant("no-such-mutant"), boundary::PlanError);
 }
 

@@ -53,7 +53,7 @@ if [ "${DSV32_GPU_RUN_CPU:-0}" = 1 ]; then
   logged "$out/ctest-cpu.log" ctest --test-dir build/gpu -L cpu -j "$jobs" --output-on-failure
 fi
 logged "$out/selfcheck.log" ./build/gpu/tools/dsv32 selfcheck --json "$out/selfcheck.json"
-logged "$out/bisect.log" ./build/gpu/tools/dsv32 bisect --case mutant-bait --plan narrow \
+logged "$out/bisect.log" ./build/gpu/tools/dsv32 bisect --plan narrow \
   --all-mutants --json "$out/bisect.json"
 # `dsv32 judge` of the GPU's own dump must give `dsv32 gpu`'s verdict (every case, every plan).
 logged "$out/judge-agreement.log" bash tools/judge-agreement.sh ./build/gpu/tools/dsv32 \

@@ -1,13 +1,20 @@
-// `dsv32 gpu GOLDEN.h5 --plan P [--tp N] [--dump OUT.h5]`: runs a golden case's steps on the GPU
-// under a plan (with --tp, on N GPUs, each with 1/N of the heads), judges the run against the
-// (unsharded) oracle, and optionally writes the GPU's trace as a golden-schema file (in
-// `expected` and `emulated`) that `dsv32 diff OUT.h5 GOLDEN.h5` reads.
+// `dsv32 gpu GOLDEN.h5 --plan P [--tp N] [--dump OUT.h5] [--require R] [--json F]`: runs a
+// golden case's steps on the GPU under a plan (with --tp, on N GPUs, each with 1/N of the
+// heads), judges the run against the (unsharded) oracle, reports what the run exercised (the
+// case's coverage, which graph served each step, which kernel paths ran; docs/COVERAGE.md) and
+// optionally writes the GPU's trace as a golden-schema file (in `expected` and `emulated`) that
+// `dsv32 diff OUT.h5 GOLDEN.h5` reads.
 #include <fmt/core.h>
 
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "commands.hpp"
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/coverage.hpp"
 #include "report.hpp"
 #include "version.hpp"
 #if DSV32_HAVE_CUDA
@@ -24,8 +31,16 @@ struct Options {
   std::string golden;
   std::string plan = "eager";
   std::string dump;
+  std::string json;
+  std::vector<std::string> require;
   int tp = 1;
 };
+
+/// The counts `dsv32 gpu` adds to a requirement's metrics: the steps each kind of graph served.
+const std::vector<std::string>& served_metrics() {
+  static const std::vector<std::string> names{"steps_full", "steps_piecewise", "steps_eager"};
+  return names;
+}
 
 int run(const Options& o) {
 #if DSV32_HAVE_CUDA
@@ -51,6 +66,59 @@ int run(const Options& o) {
       gc.case_id, o.plan, o.tp, gpu::device_summary(), j.stages, j.topk_rows, j.failures.size());
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
   if (j.failures.empty()) fmt::print("  {}\n", j.worst_text());
+  // What the run exercised: the case's rows, the graphs that served the steps, the paths.
+  fmt::print("  {}\n", j.coverage.line());
+  std::map<std::string, long> counts{{"steps_full", 0}, {"steps_piecewise", 0}, {"steps_eager", 0}};
+  nlohmann::json served = nlohmann::json::array();
+  std::string by_step;
+  for (std::size_t s = 0; s < group.served().size(); ++s) {
+    const gpu::Served& sv = group.served()[s];
+    ++counts[sv.how == "full graph"        ? "steps_full"
+             : sv.how == "piecewise graph" ? "steps_piecewise"
+                                           : "steps_eager"];
+    served.push_back(
+        {{"step", s}, {"plan", sv.plan}, {"how", sv.how}, {"capture_size", sv.capture_size}});
+    by_step += fmt::format("{}{}: {} {}{}", s ? "; " : "", s, sv.plan, sv.how,
+                           sv.how == "eager" ? "" : fmt::format(" at {}", sv.capture_size));
+  }
+  fmt::print("  served: {} steps by a full graph, {} by a piecewise graph, {} eagerly ({})\n",
+             counts["steps_full"], counts["steps_piecewise"], counts["steps_eager"], by_step);
+  nlohmann::json paths = nlohmann::json::object();
+  for (const auto& [path, n] : group.kernel_paths()) {
+    fmt::print("  kernel path: {} ({} layer-steps)\n", path, n);
+    paths[path] = n;
+  }
+  std::string unmet;
+  nlohmann::json required = nlohmann::json::array();
+  for (const std::string& text : o.require) {
+    const std::string why = Requirement::parse(text, served_metrics()).check(j.coverage, counts);
+    if (!why.empty()) fmt::print("  NOT MET --require {}\n", why);
+    if (unmet.empty()) unmet = why;
+    required.push_back({{"require", text}, {"met", why.empty()}, {"why", why}});
+  }
+  const bool pass = j.failures.empty() && unmet.empty();
+  if (j.failures.empty() && !unmet.empty())
+    fmt::print("verdict: FAIL: every stage passes, but the run did not exercise --require {}\n",
+               unmet);
+  if (!o.json.empty()) {
+    nlohmann::json cov;
+    for (const auto& [name, v] : j.coverage.metrics()) cov[name] = v;
+    for (const auto& [name, v] : counts) cov[name] = v;
+    files::write_atomically(o.json, nlohmann::json{{"case_id", gc.case_id},
+                                                   {"plan", o.plan},
+                                                   {"tp", o.tp},
+                                                   {"device", gpu::device_summary()},
+                                                   {"verdict", pass ? "pass" : "fail"},
+                                                   {"stages_judged", j.stages},
+                                                   {"topk_rows_judged", j.topk_rows},
+                                                   {"failures", j.failures},
+                                                   {"coverage", cov},
+                                                   {"served", served},
+                                                   {"kernel_paths", paths},
+                                                   {"requirements", required}}
+                                            .dump(2) +
+                                        "\n");
+  }
   if (!o.dump.empty()) {
     gc.generator = generator_string("gpu --plan " + o.plan + " --tp " + std::to_string(o.tp));
     gc.expected = got;
@@ -58,7 +126,7 @@ int run(const Options& o) {
     golden::write(o.dump, gc, {}, /*verify=*/false);
     fmt::print("  GPU trace written to {} (compare: dsv32 diff {} {})\n", o.dump, o.dump, o.golden);
   }
-  return j.failures.empty() ? kExitPass : kExitFail;
+  return pass ? kExitPass : kExitFail;
 #else
   (void)o;
   fmt::print(stderr, "dsv32 gpu: this build has no CUDA\n");
@@ -85,8 +153,24 @@ void add_gpu(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file")
       ->check(kOutputFile);
+  sub->add_option("--json", o->json, "Also write the verdict and coverage as JSON here")
+      ->check(kOutputFile);
+  sub->add_option("--require", o->require,
+                  "METRIC OP VALUE[%], e.g. pruned>=50% or steps_full>=1: fail unless the run "
+                  "exercised it (docs/COVERAGE.md); again for more")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            try {
+              Requirement::parse(text, served_metrics());
+            } catch (const std::invalid_argument& e) {
+              return std::string(e.what());
+            }
+            return std::string();
+          },
+          "REQUIREMENT"));
   sub->callback([o, &exit_code] {
-    refuse_output_over_input("gpu", o->dump, {o->golden});
+    refuse_output_over_input("gpu", o->dump, {o->golden, o->json});
+    refuse_output_over_input("gpu", o->json, {o->golden});
     exit_code = run(*o);
   });
 }

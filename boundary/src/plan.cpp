@@ -34,10 +34,11 @@ Op op_of(std::string_view name) {
   return static_cast<Op>(it - names.begin());
 }
 
-bool decode_only(const StepInput& in) {
+bool uniform_decode(const StepInput& in) {
   if (in.requests.empty()) return false;
+  const int q = in.requests.front().q;
   for (const RequestStep& r : in.requests)
-    if (r.q != 1) return false;
+    if (r.q != q || (q > 1 && r.ctx == 0)) return false;
   return true;
 }
 
@@ -63,7 +64,7 @@ std::string Plan::signature() const {
 }
 
 const Plan& Plan::serving(const StepInput& in) const {
-  if (!device_driven || !mixed || decode_only(in)) return *this;
+  if (!device_driven || !mixed || uniform_decode(in)) return *this;
   return *mixed;
 }
 
@@ -123,7 +124,7 @@ Plan full_and_piecewise(const Config& cfg, std::string_view piecewise) {
   Plan piece = plan_preset(piecewise, cfg);
   if (piece.device_driven)
     throw PlanError("full-and-piecewise: the piecewise plan '" + std::string(piecewise) +
-                    "' is device-driven; it must serve steps that are not decode-only");
+                    "' is device-driven; it must serve steps that are not a uniform decode");
   Plan p = plan_preset("full", cfg);
   p.name =
       piecewise == "narrow" ? "full-and-piecewise" : "full-and-piecewise:" + std::string(piecewise);
@@ -136,13 +137,22 @@ const std::vector<std::string>& mutant_names() {
       "fresh-output",        "capture-host-op", "baked-short-prefill", "uv-captured-nocopy",
       "shared-layer-clears", "no-topk-clear",   "double-rope",         "padded-cache-write",
       "stale-positions",     "unjoined-stream", "full-for-mixed",      "stale-full-metadata",
-      "stale-short-prefill"};
+      "stale-short-prefill", "verify-stride",   "topk-bin-overflow",   "topk-edge",
+      "reused-block-skip"};
   return names;
+}
+
+std::string mutant_bait(std::string_view mutant) {
+  if (mutant == "verify-stride") return "spec-verify";
+  if (mutant == "topk-bin-overflow") return "topk-stress";
+  if (mutant == "topk-edge") return "chunk-edges";
+  if (mutant == "reused-block-skip") return "block-reuse";
+  return "mutant-bait";
 }
 
 bool is_full_graph_mutant(std::string_view mutant) {
   return mutant == "full-for-mixed" || mutant == "stale-full-metadata" ||
-         mutant == "stale-short-prefill";
+         mutant == "stale-short-prefill" || mutant == "verify-stride";
 }
 
 std::string mutant_plan(std::string_view mutant) {
@@ -169,7 +179,11 @@ StackMutant stack_mutant(std::string_view name) {
       {"unjoined-stream", StackMutant::unjoined_stream},
       {"full-for-mixed", StackMutant::full_for_mixed},
       {"stale-full-metadata", StackMutant::stale_full_metadata},
-      {"stale-short-prefill", StackMutant::stale_short_prefill}};
+      {"stale-short-prefill", StackMutant::stale_short_prefill},
+      {"verify-stride", StackMutant::verify_stride},
+      {"topk-bin-overflow", StackMutant::topk_bin_overflow},
+      {"topk-edge", StackMutant::topk_edge},
+      {"reused-block-skip", StackMutant::reused_block_skip}};
   if (name.empty()) return StackMutant::none;
   for (const auto& [n, m] : kStack)
     if (name == n) return m;
@@ -230,8 +244,9 @@ void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
                       "' is device-driven and uses the copy form: latent_copy has no "
                       "device-driven variant");
     if (!plan.mixed)
-      throw PlanError("plan '" + plan.name +
-                      "' is device-driven but names no plan for steps that are not decode-only");
+      throw PlanError(
+          "plan '" + plan.name +
+          "' is device-driven but names no plan for steps that are not a uniform decode");
     if (plan.mixed->device_driven)
       throw PlanError("plan '" + plan.name + "': its plan for mixed steps, '" + plan.mixed->name +
                       "', is device-driven itself");

@@ -105,6 +105,14 @@ int Stack::capture_count() const {
   return impl_->capture_count();
 }
 
+const std::vector<Served>& Stack::served() const {
+  return impl_->served;
+}
+
+const std::map<std::string, long>& Stack::kernel_paths() const {
+  return impl_->paths;
+}
+
 int Stack::indexer_forks() const {
   return impl_->indexer_forks();
 }

@@ -236,6 +236,14 @@ int TpGroup::size() const {
   return impl_->tp;
 }
 
+const std::vector<Served>& TpGroup::served() const {
+  return impl_->stacks.front()->served();
+}
+
+const std::map<std::string, long>& TpGroup::kernel_paths() const {
+  return impl_->stacks.front()->kernel_paths();
+}
+
 StepTrace TpGroup::run(const boundary::Plan& plan, const StepInput& in) {
   Impl& m = *impl_;
   m.last.assign(m.tp, StepTrace{});

@@ -21,7 +21,7 @@ std::string BisectReport::summary() const {
     return "capturing op '" + op + "' of layer " + std::to_string(layer) +
            " breaks bitwise equality with eager (first divergence " + where + ")";
   if (verdict == "dispatch")
-    return "a step that is not decode-only was served by the full graph (first divergence " +
+    return "a step that is not a uniform decode was served by the full graph (first divergence " +
            where + ")";
   if (verdict == "eager-segment")
     return "breakable-eager already differs from eager: first divergence " + where + " (op '" + op +
@@ -114,13 +114,13 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
         return rep;
       }
     }
-    // The piecewise plan alone gives eager's bits: a step that is not decode-only and still
+    // The piecewise plan alone gives eager's bits: a step that is not a uniform decode and still
     // differs was served by the full graph.
-    if (!boundary::decode_only(steps.at(whole.step))) {
+    if (!boundary::uniform_decode(steps.at(whole.step))) {
       rep.verdict = "dispatch";
       rep.where = whole.where();
       rep.detail = "step " + std::to_string(whole.step) +
-                   " is not decode-only and differs from eager, while plan " + piecewise.name +
+                   " is not a uniform decode and differs from eager, while plan " + piecewise.name +
                    " alone gives eager's bits: the full graph served it (" + whole.detail + ")";
       return rep;
     }

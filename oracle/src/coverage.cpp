@@ -110,7 +110,7 @@ std::string Coverage::line() const {
   return s.str();
 }
 
-Requirement Requirement::parse(const std::string& text) {
+Requirement Requirement::parse(const std::string& text, const std::vector<std::string>& more) {
   Requirement r;
   r.text = text;
   const std::size_t at = text.find_first_of("<>=");
@@ -118,11 +118,12 @@ Requirement Requirement::parse(const std::string& text) {
     throw std::invalid_argument(text + ": give METRIC OP VALUE, e.g. pruned>=50%");
   r.metric = text.substr(0, at);
   const Coverage none;
-  bool known = false;
+  bool known = std::find(more.begin(), more.end(), r.metric) != more.end();
   for (const auto& [name, v] : none.metrics()) known = known || name == r.metric;
   if (!known) {
     std::string names;
     for (const auto& [name, v] : none.metrics()) names += (names.empty() ? "" : ", ") + name;
+    for (const std::string& name : more) names += ", " + name;
     throw std::invalid_argument(text + ": no metric " + r.metric + " (" + names + ")");
   }
   std::size_t v = at;
@@ -151,10 +152,11 @@ Requirement Requirement::parse(const std::string& text) {
   return r;
 }
 
-std::string Requirement::check(const Coverage& c) const {
+std::string Requirement::check(const Coverage& c, const std::map<std::string, long>& more) const {
   long n = 0;
   for (const auto& [name, v] : c.metrics())
     if (name == metric) n = v;
+  if (const auto it = more.find(metric); it != more.end()) n = it->second;
   const long base = c.base_of(metric);
   const double got =
       percent ? (base > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(base) : 0.0)

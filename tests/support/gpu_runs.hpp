@@ -48,7 +48,7 @@ inline std::string check_plans(const Config& cfg, const std::shared_ptr<const We
        gpu::check_plans_bitwise(cfg, *w, num_blocks, steps, plans, base, tp)) {
     if (!c.difference.empty()) return "plan " + c.plan + " differs from eager: " + c.difference;
     // One graph per capture size and plan serving a step there (a dispatch plan: its full graph
-    // for decode-only steps, its piecewise plan's for the others); at tp 1 check_plans_bitwise
+    // for uniform decode steps, its piecewise plan's for the others); at tp 1 check_plans_bitwise
     // captures the plan (both kinds) at the first step's size first.
     const boundary::Plan p = boundary::plan_preset(c.plan, cfg);
     std::set<std::pair<std::string, int>> graphs;

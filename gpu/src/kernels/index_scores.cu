@@ -272,8 +272,8 @@ __global__ void __launch_bounds__(kIdxMmaThreads)
   }
   const int t0 = blockIdx.x * per_block, t1 = min(live_rows(m, rows), t0 + per_block);
   // Token u's request and position (token_of; u < t1 is a live row).
-  const auto req = [&](int u) { return m.live ? u : m.request_of_token[u]; };
-  const auto pos = [&](int u) { return m.live ? m.live[2 + u] - 1 : m.positions[u]; };
+  const auto req = [&](int u) { return m.live ? live_request(m, u) : m.request_of_token[u]; };
+  const auto pos = [&](int u) { return m.live ? live_position(m, u) : m.positions[u]; };
   int j0 = blockIdx.y * kIdxMmaKeys;  // the block's chunk of keys; more where the grid is capped
   const int tid = threadIdx.x, HT = (d.HI + 15) / 16;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);

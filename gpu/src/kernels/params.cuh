@@ -22,22 +22,33 @@ struct Meta {
   const int* block_table;       // (R, max_blocks)
   const float* rope_cos;        // (positions, dr/2)
   const float* rope_sin;
-  /// The device-driven (decode) variants of the H ops read these; nullptr in the host-driven
-  /// ones. live: [R, short-prefill flag, seq_len of request 0 .. R-1]; a decode launch covers
-  /// the capture size's T rows and row t, request t's one new token, exits for t >= R.
-  /// short_prefill (live + 1 for the step's): 1 when every context fits in K (the scores are
-  /// skipped on the device).
+  /// The device-driven (uniform decode) variants of the H ops read these; nullptr in the
+  /// host-driven ones. live: [rows, short-prefill flag, q, seq_len of request 0 .. R-1]: R
+  /// requests of q new tokens each (decode: q = 1; speculative verify: 1 + the drafts), rows =
+  /// R q; a launch covers the capture size's T rows and exits for t >= rows. short_prefill
+  /// (live + 1 for the step's): 1 when every context fits in K (the scores are skipped on the
+  /// device).
   const int* live = nullptr;
   const int* short_prefill = nullptr;
 };
 
-/// Token t's request r and position p: the step's mapping, or in a device-driven (decode)
-/// launch request t and the last position of its context. False for a row past the live rows.
+/// In a device-driven launch: live row t's request, and its position (the request's q new
+/// tokens are the last q positions of its sequence).
+__device__ __forceinline__ int live_request(const Meta& m, int t) {
+  return t / m.live[2];
+}
+__device__ __forceinline__ int live_position(const Meta& m, int t) {
+  const int q = m.live[2];
+  return m.live[3 + t / q] - q + t % q;
+}
+
+/// Token t's request r and position p: the step's mapping, or in a device-driven launch the
+/// uniform decode step's (live_request, live_position). False for a row past the live rows.
 __device__ __forceinline__ bool token_of(const Meta& m, int t, int& r, int& p) {
   if (m.live) {
     if (t >= m.live[0]) return false;
-    r = t;
-    p = m.live[2 + t] - 1;
+    r = live_request(m, t);
+    p = live_position(m, t);
     return true;
   }
   r = m.request_of_token[t];
@@ -45,7 +56,7 @@ __device__ __forceinline__ bool token_of(const Meta& m, int t, int& r, int& p) {
   return true;
 }
 
-/// Rows a launch covers: `rows`, or in a device-driven launch min(rows, R).
+/// Rows a launch covers: `rows`, or in a device-driven launch min(rows, R q).
 __device__ __forceinline__ int live_rows(const Meta& m, int rows) {
   return m.live ? min(rows, m.live[0]) : rows;
 }

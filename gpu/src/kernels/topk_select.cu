@@ -221,7 +221,7 @@ __device__ __noinline__ bool topk_short(int n, int K, const float* sc, int* out,
 
 template <bool kBins>
 __global__ void __launch_bounds__(kTopkThreads)
-    topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk) {
+    topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk, TopkFault fault) {
   stream_order();
   __shared__ TopkBinsShared bsh;
   __shared__ int warp_at[kTopkWarps + 1];
@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(kTopkThreads)
   const int t = blockIdx.x, n = p + 1, K = d.K, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int* out = topk + static_cast<long long>(t) * K;
   const float* sc = scores + static_cast<long long>(t) * ld_scores;
-  if (n <= K) {  // entries n.. keep the -1 that norm_rope_cache cleared them to
-    for (int j = threadIdx.x; j < n; j += blockDim.x) out[j] = j;
+  if (n <= K || (fault == TopkFault::edge && n == K + 1)) {  // entries n.. keep their -1
+    for (int j = threadIdx.x; j < min(n, K); j += blockDim.x) out[j] = j;
     return;
   }
   const int per = (n + blockDim.x - 1) / blockDim.x;  // the same in every thread
@@ -318,6 +318,21 @@ __global__ void __launch_bounds__(kTopkThreads)
             [&](unsigned long long kk) { return topk_bin(topk_score(kk), lo, scale) == bin; },
             count, k_left);
         found = true;
+      } else if (fault == TopkFault::bin_overflow) {
+        // The planted bug: a buffer of kTopkResolve keys for the bin; the keys that arrive
+        // after it is full are dropped (which ones: atomic order).
+        if (threadIdx.x == 0) ncand = 0;
+        if (threadIdx.x < kTopkResolve) above[threadIdx.x] = 0;
+        __syncthreads();
+        each([&](int, unsigned long long kk, bool valid) {
+          if (valid && topk_bin(topk_score(kk), lo, scale) == bin) {
+            const int i = atomicAdd(&ncand, 1);
+            if (i < kTopkResolve) cand[i] = kk;
+          }
+        });
+        __syncthreads();
+        prefix = topk_kth(cand, above, kTopkResolve, min(k_left, kTopkResolve), &prefix_sh);
+        found = true;
       }
     }
   }
@@ -399,16 +414,17 @@ __global__ void __launch_bounds__(kTopkThreads)
   each([&](int j, unsigned long long kk, bool valid) {
     const bool take = valid && kk >= prefix;
     const unsigned int ballot = __ballot_sync(0xffffffffu, take);
-    if (take) out[at + __popc(ballot & below)] = j;
+    const int slot = at + __popc(ballot & below);
+    if (take && slot < K) out[slot] = j;  // never past the row, whatever the select decided
     at += __popc(ballot);
   });
   for (int j = total + threadIdx.x; j < K; j += blockDim.x) out[j] = -1;
 }
 
 void launch_topk_select(const Launch& go, bool bins, const Dims& d, const Meta& m,
-                        const float* scores, int ld_scores, int rows, int* topk) {
+                        const float* scores, int ld_scores, int rows, int* topk, TopkFault fault) {
   go(bins ? topk_select<true> : topk_select<false>, rows, kTopkThreads, 0, d, m, scores, ld_scores,
-     topk);
+     topk, fault);
 }
 
 }  // namespace dsv32::gpu::k

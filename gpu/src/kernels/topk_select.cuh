@@ -9,7 +9,13 @@ namespace dsv32::gpu::k {
 /// Rows [0, rows) of `topk` (stride d.K) from the scores of positions 0 .. positions[t] (row
 /// stride ld_scores). `bins`: value bins ahead of the radix passes (else the radix passes
 /// alone); both give the exact set.
+/// `fault`: a planted bug (mutants, docs/GPU.md): bin_overflow keeps the first kTopkResolve
+/// keys a crowded threshold bin delivers and drops the rest (topk-bin-overflow); edge takes a
+/// row of K + 1 keys for a short one, 0 .. K - 1 (topk-edge).
+enum class TopkFault { none, bin_overflow, edge };
+
 void launch_topk_select(const Launch& go, bool bins, const Dims& d, const Meta& m,
-                        const float* scores, int ld_scores, int rows, int* topk);
+                        const float* scores, int ld_scores, int rows, int* topk,
+                        TopkFault fault = TopkFault::none);
 
 }  // namespace dsv32::gpu::k

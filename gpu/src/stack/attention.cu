@@ -37,12 +37,15 @@ void StackImpl<S>::indexer_topk(int l) {
   }
   const k::Launch launch = go("indexer_topk", indexer_stream());
   if (Ta_ == 0) return;
+  const k::IndexScoreKernel kernel =
+      k::choose_index_scores(d, Ta_, longest_, sms_, options.index_mma);
+  note(shortcut ? "index scores skipped: every row within K" : score_path(kernel));
+  note(topk_path());
   if (!shortcut)
-    k::launch_index_scores(
-        launch, k::choose_index_scores(d, Ta_, longest_, sms_, options.index_mma), d, m,
-        w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, Ta_, longest_);
+    k::launch_index_scores(launch, kernel, d, m, w.q8->get(), w.omega->get(), w.index,
+                           scores_->get(), max_len_, Ta_, longest_);
   k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, Ta_,
-                        topk_->get());
+                        topk_->get(), topk_fault());
 }
 
 /// Device-driven: scores over the whole cache's positions (a block loops over the chunks past
@@ -54,11 +57,51 @@ void StackImpl<S>::indexer_topk_device(int l) {
   const k::Meta m = meta();
   const k::Launch launch = go("indexer_topk", indexer_stream());
   const int cap = std::max(1, 16 * sms_ / T_);
+  if (!in_capture_ && Ta_ > 0) note_device_paths(1);  // run eagerly (bisect's every-op-eager)
   k::launch_index_scores(launch, k::choose_index_scores(d, T_, max_len_, sms_, options.index_mma),
                          d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, T_,
                          max_len_, 0, cap);
-  k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, T_,
-                        topk_->get());
+  k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, T_, topk_->get(),
+                        topk_fault());
+}
+
+/// The score kernel's path (Stack::kernel_paths).
+template <class S>
+std::string StackImpl<S>::score_path(k::IndexScoreKernel kernel) const {
+  return kernel == k::IndexScoreKernel::mma       ? "index scores: tensor cores (mma)"
+         : kernel == k::IndexScoreKernel::per_key ? "index scores: a block per 128 keys"
+                                                  : "index scores: grouped heads";
+}
+
+/// The top-k select's row class for the step's longest row (Stack::kernel_paths): every row
+/// within K, bins in registers (up to 16 keys a thread), or the general select past that.
+template <class S>
+std::string StackImpl<S>::topk_path() const {
+  if (longest_ <= cfg.index_topk) return "top-k: every row within K";
+  if (!options.topk_bins) return "top-k: radix passes alone";
+  return longest_ <= 16 * 1024 ? "top-k: bins in registers (rows up to 16384 keys)"
+                               : "top-k: general select (rows past 16384 keys)";
+}
+
+/// A device-driven indexer's paths, for `layers` layers (default: every F layer), the host's
+/// decisions made at capture.
+template <class S>
+void StackImpl<S>::note_device_paths(int layers) {
+  if (layers < 0)
+    layers = static_cast<int>(
+        std::count(cfg.index_topk_pattern.begin(), cfg.index_topk_pattern.end(), 'F'));
+  note(longest_ <= cfg.index_topk ? "index scores skipped: every row within K (on the device)"
+                                  : "index scores: device-driven over the capped grid",
+       layers);
+  note(topk_path(), layers);
+}
+
+/// The top-k select's planted bug, where a mutant plants one.
+template <class S>
+k::TopkFault StackImpl<S>::topk_fault() const {
+  return mutant_ == Mutant::topk_bin_overflow ? k::TopkFault::bin_overflow
+         : mutant_ == Mutant::topk_edge       ? k::TopkFault::edge
+                                              : k::TopkFault::none;
 }
 
 template <class S>

@@ -57,8 +57,8 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
   for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
   positions_ = zeros<int>(T);
   positions_snapshot_ = zeros<int>(T);
-  live_ = zeros<int>(T + 2);
-  live_capture_ = zeros<int>(T + 2);
+  live_ = zeros<int>(T + 3);
+  live_capture_ = zeros<int>(T + 3);
   for (auto& ld : layers_) o_ptr_.push_back(ld.o->get());
   slots_ = zeros<long long>(T);
   request_of_token_ = zeros<int>(T);
@@ -248,6 +248,7 @@ void StackImpl<S>::upload_step(const StepInput& in) {
   std::vector<long long> slots(in.slots.begin(), in.slots.end());
   if (mutant_ == Mutant::padded_cache_write)  // padded rows mapped to slot 0, not skipped
     std::replace(slots.begin(), slots.end(), -1LL, 0LL);
+  if (mutant_ == Mutant::reused_block_skip) skip_reused_blocks(in, slots);
   check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int),
                         cudaMemcpyHostToDevice, stream_),
         "upload positions");
@@ -272,13 +273,37 @@ void StackImpl<S>::upload_step(const StepInput& in) {
                           cudaMemcpyHostToDevice, stream_),
           "upload block table");
   longest_ = longest;
-  // The device-driven H ops' metadata: the requests, the short-prefill decision, the lengths.
-  std::vector<int> live{static_cast<int>(in.requests.size()), longest <= cfg.index_topk ? 1 : 0};
+  // The device-driven H ops' metadata: the rows, the short-prefill decision, the new tokens a
+  // request (a step that is no uniform decode is never served by them: one each, as a full
+  // graph would wrongly read it, mutant full-for-mixed), the lengths. Mutant verify-stride: an
+  // odd q strided as the next even one.
+  const int R = static_cast<int>(in.requests.size());
+  int q = boundary::uniform_decode(in) ? in.requests.front().q : 1;
+  const int rows = R * q;
+  if (mutant_ == Mutant::verify_stride && q > 1 && q % 2 == 1) ++q;
+  std::vector<int> live{rows, longest <= cfg.index_topk ? 1 : 0, q};
   for (const RequestStep& r : in.requests) live.push_back(r.seq_len());
   check(cudaMemcpyAsync(live_->get(), live.data(), live.size() * sizeof(int),
                         cudaMemcpyHostToDevice, stream_),
         "upload device metadata");
   check(cudaStreamSynchronize(stream_), "upload step");  // host vectors die here
+}
+
+/// Mutant reused-block-skip: a token whose cache block served another request before (that
+/// request finished, the block was handed on) does not write its cache entries, so that the
+/// old request's keys, scales and latents stay where the new one reads its own.
+template <class S>
+void StackImpl<S>::skip_reused_blocks(const StepInput& in, std::vector<long long>& slots) {
+  const int B = cfg.block_size;
+  for (std::size_t r = 0; r < in.requests.size(); ++r) {
+    const RequestStep& rq = in.requests[r];
+    for (int i = 0; i < rq.q; ++i) {
+      const int block = rq.block_table.at((rq.ctx + i) / B);
+      const auto [it, fresh] = block_owner_.try_emplace(block, rq.id);
+      if (!fresh && it->second != rq.id) slots[in.token_start[r] + i] = -1;
+    }
+  }
+  // The record keeps a block's first owner: every later owner's write into it is skipped.
 }
 
 template <class S>

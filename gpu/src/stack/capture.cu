@@ -35,6 +35,12 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
     }
     graph = it->second.get();
   }
+  served.push_back({serving.name,
+                    !graph                  ? "eager"
+                    : serving.device_driven ? "full graph"
+                                            : "piecewise graph",
+                    T});
+  if (graph && serving.device_driven) note_device_paths();  // its host code ran at capture
   launch(serving, graph);
   check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
   if (side_) check(cudaStreamSynchronize(side_), "side stream");
@@ -50,7 +56,7 @@ void StackImpl<S>::launch(const boundary::Plan& serving, BreakableGraph* graph) 
   replay(*graph);
 }
 
-/// A device-driven plan serves decode-only steps, its `mixed` plan every other step (mutant
+/// A device-driven plan serves uniform decode steps, its `mixed` plan every other step (mutant
 /// full-for-mixed: the full graph serves them all).
 template <class S>
 const boundary::Plan& StackImpl<S>::serving_plan(const boundary::Plan& plan,
@@ -93,7 +99,7 @@ CaptureInfo StackImpl<S>::capture_one(const boundary::Plan& plan, int T, bool al
   check(cudaMemcpyAsync(positions_snapshot_->get(), positions_->get(), T * sizeof(int),
                         cudaMemcpyDeviceToDevice, stream_),
         "positions snapshot");
-  check(cudaMemcpyAsync(live_capture_->get(), live_->get(), (T + 2) * sizeof(int),
+  check(cudaMemcpyAsync(live_capture_->get(), live_->get(), (T + 3) * sizeof(int),
                         cudaMemcpyDeviceToDevice, stream_),
         "device metadata snapshot");
   auto graph = std::make_unique<BreakableGraph>(stream_, std::vector<Stream>{aux_});
@@ -138,6 +144,7 @@ void StackImpl<S>::set_mutant(const std::string& name) {
   mutant_ = m;
   captures_.clear();  // captures recorded without the mutant would hide it
   baked_short_.clear();
+  block_owner_.clear();
 }
 
 template class StackImpl<float>;

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "../buffers.cuh"
+#include "../kernels/index_scores.cuh"
 #include "../kernels/launch.cuh"
 #include "../kernels/params.cuh"
+#include "../kernels/topk_select.cuh"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/oracle.hpp"
@@ -46,6 +48,10 @@ struct Stack::Impl {
   int device = 0;
   // Stack::set_host_costs: us of host time before each eager op and each graph launch.
   double op_cost_us = 0, graph_cost_us = 0;
+  // Stack::served and Stack::kernel_paths: what served each step, which paths ran how often.
+  std::vector<Served> served;
+  std::map<std::string, long> paths;
+  void note(const std::string& path, long n = 1) { paths[path] += n; }
 };
 
 namespace stack {
@@ -141,7 +147,12 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   void sparse_mqa(int l);
   void uv_proj(int l);
   void uv_proj_static(int l);
+  void skip_reused_blocks(const StepInput& in, std::vector<long long>& slots);
   void indexer_topk_device(int l);
+  k::TopkFault topk_fault() const;
+  std::string score_path(k::IndexScoreKernel kernel) const;
+  std::string topk_path() const;
+  void note_device_paths(int layers = -1);
   void o_proj(int l);
   bool uv_gemv(const S* olat) const;
   const S* w_uv(int l) const;
@@ -255,6 +266,7 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   // Mutants (BOUNDARIES.md section 4) and the state they need.
   Mutant mutant_ = Mutant::none;
   std::map<int, bool> baked_short_;
+  std::map<int, int> block_owner_;  // reused-block-skip: the request each block last served
   std::vector<Buf<S>> fresh_;
   Buf<int> positions_snapshot_;
   cudaStream_t side_ = nullptr;

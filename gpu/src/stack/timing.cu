@@ -113,8 +113,8 @@ double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, 
 template <class S>
 std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInput& in, int repeats,
                                                                    bool graph, bool device_driven) {
-  if (device_driven && !boundary::decode_only(in))
-    throw boundary::PlanError("time_ops: the device-driven variants serve decode-only steps");
+  if (device_driven && !boundary::uniform_decode(in))
+    throw boundary::PlanError("time_ops: the device-driven variants serve uniform decode steps");
   const boundary::Plan eager = boundary::plan_preset("eager", cfg);
   step(eager, in, false);
   upload_step(in);

@@ -50,9 +50,10 @@ const std::string& op_name(Op op);
 /// The op named `name`; throws PlanError for a name that is no op.
 Op op_of(std::string_view name);
 
-/// True when every request of the step has one new token (vLLM's uniform single-token decode
-/// batch): the steps a device-driven plan's graphs serve.
-bool decode_only(const StepInput& in);
+/// True when every request of the step brings the same number of new tokens, none of them a
+/// prefill of several (vLLM's uniform decode batch: one token each, or 1 + the drafts each in
+/// speculative decoding's verify): the steps a device-driven plan's graphs serve.
+bool uniform_decode(const StepInput& in);
 
 struct Plan {
   std::string name;
@@ -62,11 +63,12 @@ struct Plan {
   /// The H ops run their device-driven variants (docs/GPU.md, "Full graphs"): launch shapes
   /// fixed by the capture size, T_a, the lengths, the block tables and the short-prefill
   /// decision read from device buffers. They are decode kernels (token t is request t's one new
-  /// token), so such a plan serves decode-only steps, and `mixed` every other step. Capturing
+  /// token), so such a plan serves uniform decode steps, and `mixed` every other step. Capturing
   /// indexer_topk, sparse_mqa and uv_proj is then legal.
   bool device_driven = false;
-  /// A device-driven plan's plan for steps that are not decode-only: `eager` for `full` (vLLM's
-  /// FULL_DECODE_ONLY), the piecewise plan for `full-and-piecewise`. Not device-driven itself.
+  /// A device-driven plan's plan for steps that are not a uniform decode: `eager` for `full`
+  /// (vLLM's FULL_DECODE_ONLY), the piecewise plan for `full-and-piecewise`. Not device-driven
+  /// itself.
   std::shared_ptr<const Plan> mixed;
   std::vector<std::map<std::string, Placement>> placement;  // per layer, per op
 
@@ -83,20 +85,20 @@ struct Plan {
   /// key of its graphs on a stack, shared by `full` and `full-and-piecewise`.
   std::string record_signature() const;
   /// The plan that runs step `in`: this one, or `mixed` for a device-driven plan's step that is
-  /// not decode-only.
+  /// not a uniform decode.
   const Plan& serving(const StepInput& in) const;
 };
 
 /// Names of the presets: eager, breakable-eager, wide, narrow, narrow-copy, full (every op
-/// captured with the device-driven H ops; decode-only steps replay it, other steps run eagerly)
-/// and full-and-piecewise (vLLM's default mode: decode-only steps replay `full`'s graph, other
+/// captured with the device-driven H ops; uniform decode steps replay it, other steps run eagerly)
+/// and full-and-piecewise (vLLM's default mode: uniform decode steps replay `full`'s graph, other
 /// steps the piecewise plan's, `narrow`).
 std::vector<std::string> plan_names();
 /// A preset for cfg's layers, or "full-and-piecewise:P" (full_and_piecewise with P); throws
 /// PlanError for an unknown name.
 Plan plan_preset(std::string_view name, const Config& cfg);
 /// `full-and-piecewise` with `piecewise` (a preset that is not device-driven) serving the steps
-/// that are not decode-only; named "full-and-piecewise" for `narrow`, else
+/// that are not a uniform decode; named "full-and-piecewise" for `narrow`, else
 /// "full-and-piecewise:PIECEWISE". Throws PlanError for a name that cannot serve them.
 Plan full_and_piecewise(const Config& cfg, std::string_view piecewise);
 /// The boundary bugs of BOUNDARIES.md section 4, by name. `capture-host-op` and
@@ -121,13 +123,21 @@ enum class StackMutant {
   full_for_mixed,
   stale_full_metadata,
   stale_short_prefill,
+  verify_stride,
+  topk_bin_overflow,
+  topk_edge,
+  reused_block_skip,
 };
 /// True for the mutants of the full graphs (full-for-mixed, stale-full-metadata,
-/// stale-short-prefill): they need a device-driven plan to show.
+/// stale-short-prefill, verify-stride): they need a device-driven plan to show.
 bool is_full_graph_mutant(std::string_view mutant);
 /// The preset under which `mutant` shows: full-and-piecewise for the full graphs' mutants,
 /// else narrow.
 std::string mutant_plan(std::string_view mutant);
+/// The registry case whose steps expose `mutant` (docs/CASES.md): a family's case for the bugs
+/// of issue 41's classes (topk-stress, spec-verify, chunk-edges, block-reuse), else
+/// mutant-bait.
+std::string mutant_bait(std::string_view mutant);
 /// The stack mutant named `name` ("": none); throws PlanError for a plan mutant or a name that
 /// is no mutant.
 StackMutant stack_mutant(std::string_view name);

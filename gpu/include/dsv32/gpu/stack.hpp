@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,6 +42,14 @@ struct StackOptions {
 
 /// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
 /// tensor, allocated once for capture sizes up to `max_tokens`.
+/// What served one step of a stack (Stack::served): the plan that ran it (a dispatch plan's
+/// own or its piecewise plan) and how: "full graph" (device-driven), "piecewise graph" or
+/// "eager", at the step's capture size.
+struct Served {
+  std::string plan, how;
+  int capture_size = 0;
+};
+
 class Stack {
  public:
   /// On CUDA device `device`. With `gather`, the stack is one rank of a tensor-parallel group
@@ -78,6 +87,12 @@ class Stack {
   /// Captures held: one per (plan signature, capture size), reused by every later step of that
   /// size (boundary::Plan::signature: a renamed plan shares, a changed placement does not).
   int capture_count() const;
+  /// What served each step run since construction, in order.
+  const std::vector<Served>& served() const;
+  /// The size- and data-dependent paths the host chose for the indexer's kernels, with how many
+  /// layer-steps took each (docs/COVERAGE.md): the score kernel, the short-prefill shortcut,
+  /// the top-k select's row class.
+  const std::map<std::string, long>& kernel_paths() const;
   /// How many times an F layer's indexer has been forked onto its own stream since construction,
   /// by eager steps and into captures (a capture's eager warm-up not counted); 0 without
   /// StackOptions::overlap (docs/GPU.md, "Two streams").
@@ -121,7 +136,7 @@ class Stack {
   /// `eager` plan, then `latent_copy` and `uv_proj_static`. `graph`: the repeats captured as one
   /// CUDA graph and replayed (the GPU's time; eagerly, an op of short kernels and cuBLAS calls
   /// can be bound by the host's launches). `device_driven`: the H ops' device-driven variants
-  /// (`full`'s; the step must then be decode-only).
+  /// (`full`'s; the step must then be a uniform decode).
   std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
                                                        bool graph = true,
                                                        bool device_driven = false);

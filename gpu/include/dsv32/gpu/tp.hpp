@@ -57,6 +57,9 @@ class TpGroup {
   const std::vector<StepTrace>& rank_traces() const;
   /// Captures held per rank (every rank holds the same number).
   int capture_count() const;
+  /// Rank 0's Stack::served and Stack::kernel_paths (every rank takes the same).
+  const std::vector<Served>& served() const;
+  const std::map<std::string, long>& kernel_paths() const;
   void synthesize_context(const StepInput& in);
   /// Mean milliseconds of one step under `plan`, the slowest rank's (Stack::time_step on every
   /// rank at once).

@@ -21,7 +21,7 @@ struct BisectReport {
   //   differs from eager (where/op: the first divergent stage);
   // "boundary": capturing `op` of `layer` (with every op before it as the plan has it) is what
   //   first makes the run differ from eager (where: the first divergent stage of that run).
-  // "dispatch": a dispatch plan (full-and-piecewise) differs at a step that is not decode-only
+  // "dispatch": a dispatch plan (full-and-piecewise) differs at a step that is not a uniform decode
   //   while its piecewise plan alone gives eager's bits: the full graph served that step (op
   //   empty). A fault of the piecewise plan is bisected as that plan's (detail names it).
   std::string verdict = "none";

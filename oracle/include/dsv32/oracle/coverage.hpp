@@ -57,10 +57,12 @@ struct Requirement {
   std::string text, metric, op;
   double value = 0;
   bool percent = false;
-  /// Parses `text`; throws std::invalid_argument naming the part that is wrong.
-  static Requirement parse(const std::string& text);
-  /// "" when met, else why not ("pruned>=50%: 12 of 88 scored rows (13.6%)").
-  std::string check(const Coverage& c) const;
+  /// Parses `text`; throws std::invalid_argument naming the part that is wrong. `more`: counts
+  /// a report adds to Coverage's metrics (`dsv32 gpu`'s steps_full, ...).
+  static Requirement parse(const std::string& text, const std::vector<std::string>& more = {});
+  /// "" when met, else why not ("pruned>=50%: 12 of 88 scored rows (13.6%)"); `more` holds the
+  /// added counts by name.
+  std::string check(const Coverage& c, const std::map<std::string, long>& more = {}) const;
 };
 
 }  // namespace dsv32
