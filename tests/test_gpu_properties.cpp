@@ -107,8 +107,16 @@ struct Model {
   /// The graph a step of `reqs` at size T takes, if any.
   std::optional<Graph> graph_of(const std::vector<StepRequest>& reqs, int T) const {
     if (!dispatch) return Graph{0, T};
-    const bool decode = std::all_of(reqs.begin(), reqs.end(), [](auto& r) { return r.q == 1; });
-    if (decode) return Graph{0, T};
+    // boundary::uniform_decode: the same q everywhere, and several only past a prefill.
+    const auto ctx = [&](int id) {
+      for (const auto& [i, c] : live)
+        if (i == id) return c;
+      return 0;
+    };
+    const bool uniform = std::all_of(reqs.begin(), reqs.end(), [&](auto& r) {
+      return r.q == reqs.front().q && (r.q == 1 || ctx(r.id) > 0);
+    });
+    if (uniform) return Graph{0, T};
     if (mixed_captures) return Graph{1, T};
     return std::nullopt;
   }
@@ -167,6 +175,7 @@ struct StepCommand : Command {
   void apply(Model& m) const override {
     const std::vector<StepRequest> reqs = requests(m);
     const int Ta = real_tokens(reqs);
+    const std::optional<Graph> g = m.graph_of(reqs, size(m, Ta));  // the contexts before it
     for (const StepRequest& r : reqs) {
       auto it =
           std::find_if(m.live.begin(), m.live.end(), [&](auto& p) { return p.first == r.id; });
@@ -178,7 +187,7 @@ struct StepCommand : Command {
       }
     }
     m.last_T = size(m, Ta);
-    if (const auto g = m.graph_of(reqs, m.last_T)) m.captured.insert(*g);
+    if (g) m.captured.insert(*g);
     m.tokens += Ta;
   }
   void run(const Model& m, Sut& sut) const override {

@@ -148,7 +148,9 @@ class Runner:
         if T not in self.graphs:
             self._capture(layer, T, inputs)
         static, seg = self.static[T], self.graphs[T]
-        static.copy_from(batch)
+        static.copy_from(batch)  # on the current stream: the replay's stream waits for it
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        before = torch.cuda.memory_allocated(self.device)
         _active, self.replaying = self, seg
         try:
             with torch.cuda.stream(self.stream), torch.no_grad():
@@ -162,7 +164,7 @@ class Runner:
             torch.cuda.synchronize(self.device)
         finally:
             _active, self.replaying = None, None
-        self._check_growth(T, batch.step)
+        self._check_growth(T, batch.step, torch.cuda.memory_allocated(self.device) - before)
         got = {k: v.clone() for k, v in seg.stages.items()}
         got.update({k: v for k, v in self.stages.items() if k not in got})
         return got
@@ -198,18 +200,19 @@ class Runner:
         torch.cuda.current_stream(self.device).wait_stream(self.stream)
         self.graphs[T] = seg
 
-    def _check_growth(self, T, step):
-        """Notes device memory that grows at each of the last three replays of a capture size:
-        graphs allocate nothing at replay, and a step's stage copies are gone by the next, so
-        an eager op keeps what it allocates."""
+    def _check_growth(self, T, step, grew):
+        """Notes device memory that a replay leaves allocated (`grew` bytes more after it than
+        before it), at each of the last three replays of a capture size: graphs allocate nothing
+        at replay and an eager op's temporaries are freed by its end, so an eager op keeps what
+        it allocates. What the caller holds between steps (its batches, the stages handed back)
+        is outside the window and does not count."""
         seen = self.memory.setdefault(T, [])
-        seen.append(torch.cuda.memory_allocated(self.device))
-        if len(seen) >= 3 and seen[-3] < seen[-2] < seen[-1]:
-            if T not in self.grown:  # one note a capture size
-                self.grown.add(T)
-                self.notes.append(f"device memory grows at every replay of capture size {T} (by "
-                                  f"{(seen[-1] - seen[-3]) // 2} bytes a replay, at step {step}): "
-                                  f"an eager op keeps what it allocates")
+        seen.append(grew)
+        if len(seen) >= 3 and min(seen[-3:]) > 0 and T not in self.grown:  # one note a size
+            self.grown.add(T)
+            self.notes.append(f"device memory grows at every replay of capture size {T} (by "
+                              f"{sum(seen[-3:]) // 3} bytes a replay, at step {step}): an eager "
+                              f"op keeps what it allocates")
 
     def _check_address(self, name, was, now):
         pairs = zip(was, now) if isinstance(was, (tuple, list)) else [(was, now)]
