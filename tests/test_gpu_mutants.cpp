@@ -59,6 +59,9 @@ const std::vector<Expect>& expectations() {
       {"topk-edge", "narrow", "data", {"indexer_topk"}},
       // The write that was skipped: the reused block's row of `c` holds nothing of the step's.
       {"reused-block-skip", "narrow", "data", {"norm_rope_cache"}},
+      // Run on far blocks: each write lands at a wrapped offset (or is skipped), the reads
+      // follow the block table to the right one.
+      {"int32-offset", "narrow", "data", {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
   };
   return e;
 }

@@ -64,28 +64,44 @@ std::string check_padding(const Config& cfg, const std::vector<gen::Req>& reqs, 
   return compare_rows(rows_of(a, -1, ""), rows_of(b, -1, ""), kNoise);
 }
 
+/// One request's steps of `sizes` new tokens each, on fresh exact oracle and caches.
+Run run_chunks(const Config& cfg, const std::vector<int>& sizes) {
+  const auto w = weights_for(cfg, 13);
+  int total = 0;
+  for (int q : sizes) total += q;
+  const int blocks = (total + 1) / cfg.block_size + 4;
+  Oracle o(cfg, w, Mode::exact, blocks);
+  ScenarioBuilder b(cfg, 13, blocks);
+  Run r;
+  for (int q : sizes) {
+    r.inputs.push_back(b.step({{0, q}}));
+    r.traces.push_back(o.step(r.inputs.back()));
+  }
+  return r;
+}
+
+/// Speculative decoding's verify: q tokens after a context of ctx in one step, against the same
+/// tokens decoded one a step.
+std::string check_verify(const Config& cfg, int ctx, int q, const Corrupt& corrupt = {}) {
+  const Run verify = run_chunks(cfg, {ctx, q});
+  std::vector<int> sizes{ctx};
+  sizes.insert(sizes.end(), static_cast<std::size_t>(q), 1);
+  Run one_by_one = run_chunks(cfg, sizes);
+  apply(corrupt, one_by_one);
+  return compare_rows(rows_of(verify, -1, ""), rows_of(one_by_one, -1, ""), kNoise);
+}
+
 std::string check_chunked_prefill(const Config& cfg, int total, const std::vector<int>& cuts,
                                   const Corrupt& corrupt = {}) {
-  const auto w = weights_for(cfg, 13);
-  const int blocks = (total + 1) / cfg.block_size + 4;
-  const auto run_chunks = [&](const std::vector<int>& sizes) {
-    Oracle o(cfg, w, Mode::exact, blocks);
-    ScenarioBuilder b(cfg, 13, blocks);
-    Run r;
-    for (int q : sizes) {
-      r.inputs.push_back(b.step({{0, q}}));
-      r.traces.push_back(o.step(r.inputs.back()));
-    }
-    return r;
-  };
+  const auto run = [&](const std::vector<int>& sizes) { return run_chunks(cfg, sizes); };
   std::vector<int> sizes;
   int at = 0;
   for (int c : cuts)
     if (c > at && c < total) sizes.push_back(c - at), at = c;
   sizes.push_back(total - at);
-  const Run one = run_chunks({total, 1});
+  const Run one = run({total, 1});
   sizes.push_back(1);
-  Run many = run_chunks(sizes);
+  Run many = run(sizes);
   apply(corrupt, many);
   return compare_rows(rows_of(one, -1, ""), rows_of(many, -1, ""), kNoise);
 }
@@ -320,6 +336,13 @@ RC_GTEST_PROP(OracleProperty, ChunkedPrefillEqualsOneShot, ()) {
   RC_ASSERT(check_chunked_prefill(cfg, total, sorted) == "");
 }
 
+RC_GTEST_PROP(OracleProperty, VerifyStepEqualsTheSameTokensDecodedOneAtATime, ()) {
+  const Config cfg = *gen::config();
+  const int ctx = *rc::gen::inRange(1, 3 * cfg.index_topk + 8);  // past K, usually
+  const int q = *rc::gen::inRange(2, 5);
+  RC_ASSERT(check_verify(cfg, ctx, q) == "");
+}
+
 RC_GTEST_PROP(OracleProperty, SparseEqualsDenseWhenEveryPositionFits, ()) {
   Config cfg = *gen::config();
   const auto reqs = *gen::batch();
@@ -401,6 +424,7 @@ TEST(OraclePropertyCanFail, EveryCheckRejectsACorruptedOutput) {
   EXPECT_NE(check_batch_invariance(cfg, kBatch, {2, 0, 1}, bump), "");
   EXPECT_NE(check_padding(cfg, kBatch, 5, Poison::nan, bump), "");
   EXPECT_NE(check_chunked_prefill(cfg, 20, {7, 13}, bump), "");
+  EXPECT_NE(check_verify(cfg, 20, 3, bump), "");
   EXPECT_NE(check_shared_layers(cfg, kBatch, bump), "");
   EXPECT_NE(check_rope_shift(cfg, kBatch, 100, bump), "");
   EXPECT_NE(check_pow2_head_weights(cfg, kBatch, 3, bump), "");

@@ -34,6 +34,7 @@ struct Options {
   std::string json;
   std::vector<std::string> require;
   int tp = 1;
+  bool far_blocks = false;
 };
 
 /// The counts `dsv32 gpu` adds to a requirement's metrics: the steps each kind of graph served.
@@ -51,7 +52,13 @@ int run(const Options& o) {
   golden::GoldenCase gc = golden::read(o.golden);
   const boundary::Plan plan = boundary::plan_preset(o.plan, gc.cfg);
   const int T = max_capture_size(gc.steps);
-  gpu::TpGroup group(gc.cfg, gc.weights, o.tp, gc.num_blocks, T);
+  gpu::StackOptions options;
+  if (o.far_blocks) {
+    options.block_offset = gpu::far_block_offset(gc.cfg);
+    fmt::print("  far blocks: block ids moved up by {} (slot x row past 2^31 elements)\n",
+               options.block_offset);
+  }
+  gpu::TpGroup group(gc.cfg, gc.weights, o.tp, gc.num_blocks, T, options);
   std::vector<StepTrace> got;
   for (std::size_t s = 0; s < gc.steps.size(); ++s) {
     got.push_back(group.run(plan, gc.steps[s]));
@@ -107,6 +114,7 @@ int run(const Options& o) {
     files::write_atomically(o.json, nlohmann::json{{"case_id", gc.case_id},
                                                    {"plan", o.plan},
                                                    {"tp", o.tp},
+                                                   {"block_offset", options.block_offset},
                                                    {"device", gpu::device_summary()},
                                                    {"verdict", pass ? "pass" : "fail"},
                                                    {"stages_judged", j.stages},
@@ -153,6 +161,9 @@ void add_gpu(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file")
       ->check(kOutputFile);
+  sub->add_flag("--far-blocks", o->far_blocks,
+                "Place the case's blocks near the top of a pool so large that cache offsets pass "
+                "2^31 elements (several GiB of device memory; docs/CASES.md)");
   sub->add_option("--json", o->json, "Also write the verdict and coverage as JSON here")
       ->check(kOutputFile);
   sub->add_option("--require", o->require,

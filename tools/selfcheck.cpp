@@ -85,6 +85,27 @@ Verdict goldens(const Options& o) {
   return {"oracle vs committed goldens (fixtures/)", bitwise == cases ? "pass" : "FAIL", detail};
 }
 
+/// The case families (docs/CASES.md): every registry case with claims in `require` is made
+/// again, and making it checks them against its own T0 scores.
+Verdict families() {
+  int cases = 0, claims = 0;
+  std::string problem, names;
+  for (const golden::CaseSpec& spec : golden::registry()) {
+    if (spec.require.empty()) continue;
+    ++cases;
+    claims += static_cast<int>(spec.require.size());
+    names += (names.empty() ? "" : ", ") + spec.name;
+    try {
+      golden::generate(spec, "selfcheck");
+    } catch (const std::exception& e) {
+      if (problem.empty()) problem = e.what();
+    }
+  }
+  return {"case families: each exercises what it claims", problem.empty() ? "pass" : "FAIL",
+          problem.empty() ? fmt::format("{} claims of {} cases met ({})", claims, cases, names)
+                          : problem};
+}
+
 #if DSV32_HAVE_CUDA
 /// Every plan on the GPU: bitwise equal to `eager`, and `eager` within the oracle's gates.
 void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vector<Verdict>& rows) {
@@ -153,6 +174,7 @@ std::vector<Verdict> run(const Options& o) {
   }
   std::vector<Verdict> rows;
   rows.push_back(goldens(o));
+  rows.push_back(families());
 
   const golden::CaseSpec& spec = golden::find_case(o.scenario);
   const Config& cfg = spec.cfg;

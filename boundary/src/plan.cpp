@@ -138,7 +138,7 @@ const std::vector<std::string>& mutant_names() {
       "shared-layer-clears", "no-topk-clear",   "double-rope",         "padded-cache-write",
       "stale-positions",     "unjoined-stream", "full-for-mixed",      "stale-full-metadata",
       "stale-short-prefill", "verify-stride",   "topk-bin-overflow",   "topk-edge",
-      "reused-block-skip"};
+      "reused-block-skip",   "int32-offset"};
   return names;
 }
 
@@ -147,6 +147,7 @@ std::string mutant_bait(std::string_view mutant) {
   if (mutant == "topk-bin-overflow") return "topk-stress";
   if (mutant == "topk-edge") return "chunk-edges";
   if (mutant == "reused-block-skip") return "block-reuse";
+  if (mutant == "int32-offset") return "spec-verify";  // any case: it runs on far blocks
   return "mutant-bait";
 }
 
@@ -183,7 +184,8 @@ StackMutant stack_mutant(std::string_view name) {
       {"verify-stride", StackMutant::verify_stride},
       {"topk-bin-overflow", StackMutant::topk_bin_overflow},
       {"topk-edge", StackMutant::topk_edge},
-      {"reused-block-skip", StackMutant::reused_block_skip}};
+      {"reused-block-skip", StackMutant::reused_block_skip},
+      {"int32-offset", StackMutant::int32_offset}};
   if (name.empty()) return StackMutant::none;
   for (const auto& [n, m] : kStack)
     if (name == n) return m;

@@ -2,6 +2,8 @@
 // its implementation (gpu/src/stack/) on the stack's device.
 #include "dsv32/gpu/stack.hpp"
 
+#include <algorithm>
+
 #include "stack/impl.cuh"
 
 namespace dsv32::gpu {
@@ -32,7 +34,9 @@ std::vector<StepTrace> run_steps(const Config& cfg, const Weights& weights, int 
                                  const std::vector<StepInput>& steps, const boundary::Plan& plan,
                                  const std::string& mutant, int* captures,
                                  const StackOptions& options) {
-  Stack stack(cfg, weights, num_blocks, max_capture_size(steps), 0, nullptr, options);
+  StackOptions opt = options;
+  if (mutant == "int32-offset" && opt.block_offset == 0) opt.block_offset = far_block_offset(cfg);
+  Stack stack(cfg, weights, num_blocks, max_capture_size(steps), 0, nullptr, opt);
   if (!mutant.empty()) stack.set_mutant(mutant);
   std::vector<StepTrace> out;
   for (const StepInput& in : steps) out.push_back(stack.run(plan, in));
@@ -137,6 +141,12 @@ const Config& Stack::config() const {
 
 const StackOptions& Stack::options() const {
   return impl_->options;
+}
+
+long long far_block_offset(const Config& cfg) {
+  const long long row = std::max(cfg.kv_lora_rank + cfg.qk_rope_head_dim, 128);
+  const long long slots = ((1LL << 31) + row - 1) / row;
+  return (slots + cfg.block_size - 1) / cfg.block_size;
 }
 
 std::vector<std::pair<std::string, bool>> StackOptions::fields() const {

@@ -1,6 +1,7 @@
 // The stack's buffers: allocation, the weights' and the step's uploads, the kernels' geometry.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <tuple>
 
 #include "../kernels/cache.cuh"
@@ -49,7 +50,10 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
     *ws = zeros<std::uint8_t>(32u << 20);
     check_blas(cublasSetWorkspace(*handle, (*ws)->get(), 32u << 20), "cublasSetWorkspace");
   }
-  const long long slots = static_cast<long long>(num_blocks) * cfg.block_size;
+  if (opt.block_offset < 0 || opt.block_offset > INT32_MAX - static_cast<long long>(num_blocks))
+    throw std::invalid_argument("gpu stack: block_offset " + std::to_string(opt.block_offset) +
+                                " puts block ids past 2^31 - 1");
+  const long long slots = (num_blocks + opt.block_offset) * cfg.block_size;
   for (int l = 0; l < cfg.num_layers; ++l) layers_.push_back(make_layer(w.layers[l], l, slots));
   const std::size_t T = static_cast<std::size_t>(max_tokens);
   h_ = zeros<S>(T * cfg.hidden_size);
@@ -102,6 +106,8 @@ StackImpl<S>::~StackImpl() {
 
 template <class S>
 void StackImpl<S>::synthesize_context(const StepInput& in) {
+  if (options.block_offset != 0)
+    throw std::invalid_argument("gpu stack: synthesize_context does not place far blocks");
   const k::Dims d = dims();
   for (const RequestStep& r : in.requests) {
     if (r.ctx == 0) continue;
@@ -249,6 +255,7 @@ void StackImpl<S>::upload_step(const StepInput& in) {
   if (mutant_ == Mutant::padded_cache_write)  // padded rows mapped to slot 0, not skipped
     std::replace(slots.begin(), slots.end(), -1LL, 0LL);
   if (mutant_ == Mutant::reused_block_skip) skip_reused_blocks(in, slots);
+  place_far(slots);
   check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int),
                         cudaMemcpyHostToDevice, stream_),
         "upload positions");
@@ -264,8 +271,9 @@ void StackImpl<S>::upload_step(const StepInput& in) {
   for (std::size_t r = 0; r < in.requests.size(); ++r) {
     if (in.requests[r].block_table.size() > static_cast<std::size_t>(max_blocks_))
       throw ScenarioError("gpu stack: a block table is longer than the cache");
-    std::copy(in.requests[r].block_table.begin(), in.requests[r].block_table.end(),
-              table.begin() + r * max_blocks_);
+    std::transform(in.requests[r].block_table.begin(), in.requests[r].block_table.end(),
+                   table.begin() + r * max_blocks_,
+                   [&](int b) { return b < 0 ? b : static_cast<int>(b + options.block_offset); });
     longest = std::max(longest, in.requests[r].seq_len());
   }
   if (!table.empty())
@@ -287,6 +295,21 @@ void StackImpl<S>::upload_step(const StepInput& in) {
                         cudaMemcpyHostToDevice, stream_),
         "upload device metadata");
   check(cudaStreamSynchronize(stream_), "upload step");  // host vectors die here
+}
+
+/// Far blocks: the step's slots moved up by StackOptions::block_offset blocks (the block table
+/// likewise, in upload_step). Mutant int32-offset: each slot as a 32-bit element offset of its
+/// widest cache row would have it, wrapped past 2^31 (negative: the write is skipped).
+template <class S>
+void StackImpl<S>::place_far(std::vector<long long>& slots) const {
+  const long long shift = options.block_offset * cfg.block_size;
+  const long long row = std::max(cfg.kv_lora_rank + cfg.qk_rope_head_dim, 128);
+  for (long long& s : slots) {
+    if (s < 0) continue;
+    s += shift;
+    if (mutant_ == Mutant::int32_offset)
+      s = static_cast<std::int32_t>(static_cast<std::uint32_t>(s * row)) / row;
+  }
 }
 
 /// Mutant reused-block-skip: a token whose cache block served another request before (that

@@ -148,6 +148,7 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   void uv_proj(int l);
   void uv_proj_static(int l);
   void skip_reused_blocks(const StepInput& in, std::vector<long long>& slots);
+  void place_far(std::vector<long long>& slots) const;
   void indexer_topk_device(int l);
   k::TopkFault topk_fault() const;
   std::string score_path(k::IndexScoreKernel kernel) const;

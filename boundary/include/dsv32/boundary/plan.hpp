@@ -127,6 +127,7 @@ enum class StackMutant {
   topk_bin_overflow,
   topk_edge,
   reused_block_skip,
+  int32_offset,
 };
 /// True for the mutants of the full graphs (full-for-mixed, stale-full-metadata,
 /// stale-short-prefill, verify-stride): they need a device-driven plan to show.

@@ -36,9 +36,18 @@ struct StackOptions {
   bool overlap = true;    // an F layer's indexer on a second stream (docs/GPU.md, "Two streams")
   bool index_mma = true;  // indexer_topk's scores on tensor cores where the shapes fit
   bool topk_bins = true;  // indexer_topk's select with value bins ahead of the radix passes
-  /// (name, value) of every option, in a fixed order: what benchmarks and logs record.
+  /// Far blocks (docs/CASES.md): block id b of a step is placed at b + block_offset of a pool
+  /// that many blocks larger, so that a cache offset (slot x row) passes 2^31 elements. A run's
+  /// bits do not depend on it (GpuPlans.FarBlocksGiveTheNearBits).
+  long long block_offset = 0;
+  /// (name, value) of every switch, in a fixed order: what benchmarks and logs record.
   std::vector<std::pair<std::string, bool>> fields() const;
 };
+
+/// The smallest block offset at which the first slot's offset in its widest cache row (the
+/// latent and rope part, or the 128 index codes) passes 2^31 elements: what `dsv32 gpu
+/// --far-blocks` and the mutant int32-offset place blocks at.
+long long far_block_offset(const Config& cfg);
 
 /// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
 /// tensor, allocated once for capture sizes up to `max_tokens`.
