@@ -149,6 +149,29 @@ TEST(GpuPlans, TopkUnderLargeTieGroupsIsValidAndTheSameAtEveryReplay) {
         << "replay " << again;
 }
 
+TEST(GpuPlans, RowsPastTheRegisterBinsUnderEagerAndTheDispatchMode) {
+  // topk-long (generated here, about two minutes of CPU): K = 2048, a 16400-token prefill and
+  // decodes at 16400+ keys, the last two in full graphs; the select's general path and the
+  // device-driven scores' capped grid run, and the dispatch mode gives eager's bits.
+  DSV32_REQUIRE_GPU();
+  const golden::GoldenCase gc = golden::generate(golden::find_case("topk-long"), "test");
+  const std::vector<StepTrace> eager =
+      run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
+  const Judgement j =
+      judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, eager);
+  EXPECT_TRUE(j.failures.empty()) << j.failures.front();
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture_size(gc.steps));
+  const boundary::Plan fp = boundary::plan_preset("full-and-piecewise", gc.cfg);
+  std::vector<StepTrace> got;
+  for (const StepInput& in : gc.steps) got.push_back(stack.run(fp, in));
+  EXPECT_EQ(first_difference(gc.cfg, eager, got), "");
+  ASSERT_EQ(stack.served().size(), 4u);
+  EXPECT_EQ(stack.served()[3].how, "full graph");
+  const auto& paths = stack.kernel_paths();
+  EXPECT_TRUE(paths.count("top-k: general select (rows past 16384 keys)"));
+  EXPECT_TRUE(paths.count("index scores: device-driven over the capped grid"));
+}
+
 TEST(GpuPlans, FarBlocksGiveTheNearBits) {
   // Far blocks (docs/CASES.md): the blocks near the top of a pool where every cache offset
   // passes 2^31 elements; the speculative-verify case under eager, narrow and the dispatch mode

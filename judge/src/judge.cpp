@@ -1,6 +1,7 @@
 #include "dsv32/judge/judge.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -73,6 +74,34 @@ std::string Judgement::worst_text() const {
 std::string Judgement::Row::stage_path() const {
   return layer < 0 ? stage : "layer" + std::to_string(layer) + "/" + stage;
 }
+
+namespace {
+
+/// Rows [0, n) scored by `score(t)` in parallel (a chunk of rows at a time, so that a
+/// chunk's scores of 16k-key rows stay in memory) and handed to `use(t, scores)` in row order
+/// on this thread: the verdict does not depend on the thread count.
+template <class Score, class Use>
+void scored_rows(int n, Score&& score, Use&& use) {
+  constexpr int kChunk = 64;
+  std::vector<IndexScores> chunk(kChunk);
+  for (int t0 = 0; t0 < n; t0 += kChunk) {
+    const int m = std::min(kChunk, n - t0);
+    std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic) if (m > 1)
+    for (int i = 0; i < m; ++i) {
+      try {
+        chunk[i] = score(t0 + i);
+      } catch (...) {
+#pragma omp critical
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    for (int i = 0; i < m; ++i) use(t0 + i, chunk[i]);
+  }
+}
+
+}  // namespace
 
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp,
@@ -189,20 +218,22 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         continue;
       }
       const int HI = cfg.index_n_heads;
-      for (int t = 0; t < in.num_tokens; ++t) {
-        const int id = in.requests[in.request_of_token[t]].id;
-        std::vector<const double*> kp;
-        std::vector<double> kscale;
-        for (int p = 0; p <= in.positions[t]; ++p) {
-          const auto& e = keys.at({l, id, p});
-          kp.push_back(e.first.data());
-          kscale.push_back(e.second);
-        }
-        topk_row(
-            si, l, t, row_of(t),
-            index_score_row(&q8->data[static_cast<std::size_t>(t) * HI * dI],
-                            &omega->data[static_cast<std::size_t>(t) * HI], HI, dI, kp, kscale));
-      }
+      scored_rows(
+          in.num_tokens,
+          [&](int t) {
+            const int id = in.requests[in.request_of_token[t]].id;
+            std::vector<const double*> kp;
+            std::vector<double> kscale;
+            for (int p = 0; p <= in.positions[t]; ++p) {
+              const auto& e = keys.at({l, id, p});
+              kp.push_back(e.first.data());
+              kscale.push_back(e.second);
+            }
+            return index_score_row(&q8->data[static_cast<std::size_t>(t) * HI * dI],
+                                   &omega->data[static_cast<std::size_t>(t) * HI], HI, dI, kp,
+                                   kscale);
+          },
+          [&](int t, const IndexScores& sc) { topk_row(si, l, t, row_of(t), sc); });
     }
     // The oracle follows the candidate's sets: invalid ones cannot be followed, so judging
     // stops here.
@@ -220,17 +251,20 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     follow1.o_proj_ranks = tp;
     want1.push_back(t1.step(in, follow1));
     // What the case exercised: T0's own scores of every real row of every F layer.
-    j.coverage.add_step(in, K);
-    for (int l = 0; l < cfg.num_layers; ++l)
-      if (cfg.is_full_layer(l))
-        for (int t = 0; t < in.num_tokens; ++t)
-          j.coverage.add_scores(t0.index_scores(l, in, want0.back().layers[l], t).score, K);
     // Sets without the candidate's own quantized inputs: against T0's scores (TESTING.md 2).
-    for (const int l : against_t0) {
-      const TopkRows rows = topk_rows(gpu[s].layers[l]);
-      for (int t = 0; t < in.num_tokens; ++t)
-        topk_row(si, l, t, std::vector<int>(rows.row(t).data(), rows.row(t).data() + K),
-                 t0.index_scores(l, in, want0.back().layers[l], t));
+    j.coverage.add_step(in, K);
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      if (!cfg.is_full_layer(l)) continue;
+      const bool judge_sets =
+          std::find(against_t0.begin(), against_t0.end(), l) != against_t0.end();
+      const TopkRows rows = judge_sets ? topk_rows(gpu[s].layers[l]) : TopkRows();
+      scored_rows(
+          in.num_tokens, [&](int t) { return t0.index_scores(l, in, want0.back().layers[l], t); },
+          [&](int t, const IndexScores& sc) {
+            j.coverage.add_scores(sc.score, K);
+            if (judge_sets)
+              topk_row(si, l, t, std::vector<int>(rows.row(t).data(), rows.row(t).data() + K), sc);
+          });
     }
     if (j.failures.size() > failures_before) return stop(s);
   }
