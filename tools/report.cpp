@@ -43,7 +43,9 @@ void write_verdicts_json(const std::string& path, const std::string& title,
   j["title"] = title;
   bool ok = true;
   for (const Verdict& v : rows) {
-    j["rows"].push_back({{"check", v.check}, {"status", v.status}, {"detail", v.detail}});
+    nlohmann::json row{{"check", v.check}, {"status", v.status}, {"detail", v.detail}};
+    if (!v.metrics.empty()) row["metrics"] = v.metrics;
+    j["rows"].push_back(row);
     ok = ok && v.status != "FAIL";
   }
   j["pass"] = ok;

@@ -1,6 +1,7 @@
 // Verdict rows printed as a terminal table and written as JSON for CI.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -8,9 +9,10 @@ namespace dsv32::tools {
 
 /// One line of a verdict table.
 struct Verdict {
-  std::string check;   // what was checked
-  std::string status;  // "pass", "FAIL" or "not run"
-  std::string detail;  // numbers behind the status
+  std::string check;                         // what was checked
+  std::string status;                        // "pass", "FAIL" or "not run"
+  std::string detail;                        // numbers behind the status
+  std::map<std::string, long> metrics = {};  // counts the JSON carries (a coverage row's)
 };
 
 /// Progress of a long job on stderr: on a terminal one line rewritten in place; piped (a log, CI)

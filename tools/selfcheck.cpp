@@ -124,9 +124,9 @@ void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vect
            gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, 1, mutant)) {
     rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? "pass" : "FAIL",
                     c.difference.empty()
-                        ? fmt::format("bitwise equal to eager over {} steps; segments {}; "
-                                      "oracle gate {}",
-                                      gc.steps.size(), c.structure, j.worst_text())
+                        ? fmt::format("bitwise equal to eager over {} steps ({}); segments "
+                                      "{}; oracle gate {}",
+                                      gc.steps.size(), c.served, c.structure, j.worst_text())
                         : c.difference});
   }
 }
@@ -225,13 +225,15 @@ std::vector<Verdict> run(const Options& o) {
     if (const std::string why = Requirement::parse(r).check(coverage);
         !why.empty() && unmet.empty())
       unmet = "not exercised: --require " + why;
+  std::map<std::string, long> metrics;
+  for (const auto& [name, v] : coverage.metrics()) metrics[name] = v;
   rows.push_back({o.require.empty() ? "coverage of the scenario"
                                     : fmt::format("coverage of the scenario (--require {})",
                                                   fmt::join(o.require, ", ")),
                   !unmet.empty()      ? "FAIL"
                   : o.require.empty() ? "info"
                                       : "pass",
-                  unmet.empty() ? coverage.line().substr(10) : unmet});
+                  unmet.empty() ? coverage.line().substr(10) : unmet, metrics});
 
   // The gates the GPU will face (T0 judged by itself with T1's spread) must be non-vacuous.
   double widest = 0;

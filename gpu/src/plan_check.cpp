@@ -1,5 +1,7 @@
 #include "dsv32/gpu/plan_check.hpp"
 
+#include <map>
+#include <string>
 #include <utility>
 
 #include "dsv32/boundary/plan.hpp"
@@ -34,6 +36,10 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
         c.structure = stack.capture(plan, steps.front().capture_size).structure;
       for (const StepInput& in : steps) got.push_back(stack.run(plan, in));
       c.captures = stack.capture_count();
+      std::map<std::string, int> how;
+      for (const Served& sv : stack.served()) ++how[sv.how];
+      for (const auto& [kind, n] : how)
+        c.served += (c.served.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
     }
     c.difference = first_difference(cfg, eager, got);
     out.push_back(std::move(c));

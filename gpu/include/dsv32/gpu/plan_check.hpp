@@ -15,6 +15,7 @@ struct PlanCheck {
   std::string difference;  // the first bitwise difference from eager; "" when equal
   int captures = 0;        // captures the stack (each rank) held after the steps
   std::string structure;   // segments of the first step's capture ("GEGEG"; "" at tp > 1)
+  std::string served;      // "3 full graph, 5 piecewise graph": what served the steps (tp 1)
 };
 
 /// BOUNDARIES.md section 3's first invariant, shared by the plan tests and `dsv32 selfcheck`:
