@@ -327,13 +327,13 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
   if (root.has("require")) {
     const At req = root["require"];
     for (std::size_t i = 0; i < req.array().size(); ++i) {
-      const std::string text = req[i].text();
+      const std::string claim = req[i].text();
       try {
-        Requirement::parse(text);
+        Requirement::parse(claim);
       } catch (const std::invalid_argument& e) {
         req[i].fail(e.what());
       }
-      spec.require.push_back(text);
+      spec.require.push_back(claim);
     }
   }
   if (root.has("weights")) {
