@@ -107,15 +107,16 @@ struct Model {
   /// The graph a step of `reqs` at size T takes, if any.
   std::optional<Graph> graph_of(const std::vector<StepRequest>& reqs, int T) const {
     if (!dispatch) return Graph{0, T};
-    // boundary::uniform_decode: the same q everywhere, and several only past a prefill.
+    // boundary::uniform_decode: the same q everywhere (at most 8), several only past a prefill.
     const auto ctx = [&](int id) {
       for (const auto& [i, c] : live)
         if (i == id) return c;
       return 0;
     };
-    const bool uniform = std::all_of(reqs.begin(), reqs.end(), [&](auto& r) {
-      return r.q == reqs.front().q && (r.q == 1 || ctx(r.id) > 0);
-    });
+    const bool uniform = reqs.front().q <= boundary::kMaxUniformDecodeTokens &&
+                         std::all_of(reqs.begin(), reqs.end(), [&](auto& r) {
+                           return r.q == reqs.front().q && (r.q == 1 || ctx(r.id) > 0);
+                         });
     if (uniform) return Graph{0, T};
     if (mixed_captures) return Graph{1, T};
     return std::nullopt;

@@ -79,6 +79,10 @@ TEST(PlanDispatch, UniformDecodeStepsGoToTheFullGraphAndOthersToThePiecewisePlan
   EXPECT_TRUE(boundary::uniform_decode(verify));
   EXPECT_FALSE(boundary::uniform_decode(verify_and_decode));
   EXPECT_FALSE(boundary::uniform_decode(equal_prefills));  // prefills, not a verify
+  const StepInput chunk = b.step({{0, boundary::kMaxUniformDecodeTokens + 1}}, 16);
+  EXPECT_FALSE(boundary::uniform_decode(chunk));  // a prefill chunk of one request
+  const StepInput long_verify = b.step({{0, boundary::kMaxUniformDecodeTokens}}, 8);
+  EXPECT_TRUE(boundary::uniform_decode(long_verify));
   const boundary::Plan fp = boundary::plan_preset("full-and-piecewise", cfg);
   const boundary::Plan full = boundary::plan_preset("full", cfg);
   EXPECT_EQ(&fp.serving(decode), &fp);

@@ -37,6 +37,7 @@ Op op_of(std::string_view name) {
 bool uniform_decode(const StepInput& in) {
   if (in.requests.empty()) return false;
   const int q = in.requests.front().q;
+  if (q > kMaxUniformDecodeTokens) return false;
   for (const RequestStep& r : in.requests)
     if (r.q != q || (q > 1 && r.ctx == 0)) return false;
   return true;

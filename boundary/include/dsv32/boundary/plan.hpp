@@ -50,9 +50,14 @@ const std::string& op_name(Op op);
 /// The op named `name`; throws PlanError for a name that is no op.
 Op op_of(std::string_view name);
 
-/// True when every request of the step brings the same number of new tokens, none of them a
-/// prefill of several (vLLM's uniform decode batch: one token each, or 1 + the drafts each in
-/// speculative decoding's verify): the steps a device-driven plan's graphs serve.
+/// The most new tokens a request of a uniform decode step brings: a token and up to seven
+/// drafts (vLLM captures its uniform batches at 1 + num_speculative_tokens; a longer run of one
+/// request's tokens is a prefill chunk, not a verify).
+inline constexpr int kMaxUniformDecodeTokens = 8;
+/// True when every request of the step brings the same number q of new tokens, q <=
+/// kMaxUniformDecodeTokens, none of them a prefill of several (vLLM's uniform decode batch: one
+/// token each, or 1 + the drafts each in speculative decoding's verify): the steps a
+/// device-driven plan's graphs serve.
 bool uniform_decode(const StepInput& in);
 
 struct Plan {
