@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
@@ -50,18 +51,22 @@ inline const CLI::Validator kRegistryCase(
     },
     "CASE");
 
-/// A coverage requirement (`pruned>=50%`, docs/COVERAGE.md), checked when the command line is
-/// parsed: a malformed one is refused naming the part that is wrong.
-inline const CLI::Validator kRequirement(
-    [](std::string& text) {
-      try {
-        Requirement::parse(text);
-      } catch (const std::invalid_argument& e) {
-        return std::string(e.what());
-      }
-      return std::string();
-    },
-    "REQUIREMENT");
+/// A coverage requirement (`pruned>=50%`, docs/COVERAGE.md) over Coverage's metrics and the
+/// counts `more` a command adds, checked when the command line is parsed: a malformed one is
+/// refused naming the part that is wrong.
+inline CLI::Validator requirement_check(std::vector<std::string> more = {}) {
+  return CLI::Validator(
+      [more](std::string& text) {
+        try {
+          Requirement::parse(text, more);
+        } catch (const std::invalid_argument& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      },
+      "REQUIREMENT");
+}
+inline const CLI::Validator kRequirement = requirement_check();
 
 /// An integer option in [lo, hi]: "'two' is not an integer", "0 is outside [1, 1000]".
 inline CLI::Validator int_in(long long lo, long long hi) {

@@ -16,6 +16,7 @@
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/coverage.hpp"
 #include "report.hpp"
+#include "requirements.hpp"
 #include "version.hpp"
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
@@ -95,14 +96,8 @@ int run(const Options& o) {
     fmt::print("  kernel path: {} ({} layer-steps)\n", path, n);
     paths[path] = n;
   }
-  std::string unmet;
-  nlohmann::json required = nlohmann::json::array();
-  for (const std::string& text : o.require) {
-    const std::string why = Requirement::parse(text, served_metrics()).check(j.coverage, counts);
-    if (!why.empty()) fmt::print("  NOT MET --require {}\n", why);
-    if (unmet.empty()) unmet = why;
-    required.push_back({{"require", text}, {"met", why.empty()}, {"why", why}});
-  }
+  const RequirementsChecked checked = check_requirements(o.require, j.coverage, counts);
+  const std::string& unmet = checked.first_unmet;
   const bool pass = j.failures.empty() && unmet.empty();
   if (j.failures.empty() && !unmet.empty())
     fmt::print("verdict: FAIL: every stage passes, but the run did not exercise --require {}\n",
@@ -123,7 +118,7 @@ int run(const Options& o) {
                                                    {"coverage", cov},
                                                    {"served", served},
                                                    {"kernel_paths", paths},
-                                                   {"requirements", required}}
+                                                   {"requirements", checked.results}}
                                             .dump(2) +
                                         "\n");
   }
@@ -169,16 +164,7 @@ void add_gpu(CLI::App& app, int& exit_code) {
   sub->add_option("--require", o->require,
                   "METRIC OP VALUE[%], e.g. pruned>=50% or steps_full>=1: fail unless the run "
                   "exercised it (docs/COVERAGE.md); again for more")
-      ->check(CLI::Validator(
-          [](std::string& text) {
-            try {
-              Requirement::parse(text, served_metrics());
-            } catch (const std::invalid_argument& e) {
-              return std::string(e.what());
-            }
-            return std::string();
-          },
-          "REQUIREMENT"));
+      ->check(requirement_check(served_metrics()));
   sub->callback([o, &exit_code] {
     refuse_output_over_input("gpu", o->dump, {o->golden, o->json});
     refuse_output_over_input("gpu", o->json, {o->golden});

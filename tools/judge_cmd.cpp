@@ -14,6 +14,7 @@
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/judge/judge.hpp"
+#include "requirements.hpp"
 
 namespace dsv32::tools {
 namespace {
@@ -88,14 +89,8 @@ int run(const Options& o) {
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
   fmt::print("{}\n", j.coverage.line());
   // Requirements on what the run exercised: a numeric pass that did not exercise them fails.
-  nlohmann::json required = nlohmann::json::array();
-  std::string unmet;
-  for (const std::string& text : o.require) {
-    const std::string why = Requirement::parse(text).check(j.coverage);
-    if (!why.empty()) fmt::print("  NOT MET --require {}\n", why);
-    if (unmet.empty()) unmet = why;
-    required.push_back({{"require", text}, {"met", why.empty()}, {"why", why}});
-  }
+  const RequirementsChecked checked = check_requirements(o.require, j.coverage);
+  const std::string& unmet = checked.first_unmet;
   const bool met = unmet.empty();
   if (pass && met)
     fmt::print("verdict: pass ({} stages and {} top-k rows judged; {} not provided; {})\n",
@@ -121,7 +116,7 @@ int run(const Options& o) {
                        {"not_provided", j.not_provided},
                        {"failures", j.failures},
                        {"stages", stages},
-                       {"requirements", required}};
+                       {"requirements", checked.results}};
     nlohmann::json cov;
     for (const auto& [name, v] : j.coverage.metrics()) cov[name] = v;
     out["coverage"] = cov;
