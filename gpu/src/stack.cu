@@ -2,8 +2,6 @@
 // its implementation (gpu/src/stack/) on the stack's device.
 #include "dsv32/gpu/stack.hpp"
 
-#include <algorithm>
-
 #include "stack/impl.cuh"
 
 namespace dsv32::gpu {
@@ -144,7 +142,7 @@ const StackOptions& Stack::options() const {
 }
 
 long long far_block_offset(const Config& cfg) {
-  const long long row = std::max(cfg.kv_lora_rank + cfg.qk_rope_head_dim, 128);
+  const long long row = stack::widest_cache_row(cfg);
   const long long slots = ((1LL << 31) + row - 1) / row;
   return (slots + cfg.block_size - 1) / cfg.block_size;
 }

@@ -303,7 +303,7 @@ void StackImpl<S>::upload_step(const StepInput& in) {
 template <class S>
 void StackImpl<S>::place_far(std::vector<long long>& slots) const {
   const long long shift = options.block_offset * cfg.block_size;
-  const long long row = std::max(cfg.kv_lora_rank + cfg.qk_rope_head_dim, 128);
+  const long long row = widest_cache_row(cfg);
   for (long long& s : slots) {
     if (s < 0) continue;
     s += shift;

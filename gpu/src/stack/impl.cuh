@@ -6,6 +6,7 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
@@ -55,6 +56,12 @@ struct Stack::Impl {
 };
 
 namespace stack {
+
+/// Elements a slot takes in its widest cache row: the latent and rope part, or the 128 index
+/// codes (far blocks place the first slot where this row's offset passes 2^31).
+inline long long widest_cache_row(const Config& c) {
+  return std::max(c.kv_lora_rank + c.qk_rope_head_dim, 128);
+}
 
 using detail::check;
 using detail::DeviceBuffer;
