@@ -8,6 +8,7 @@
 #include "dsv32/oracle/coverage.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/scenario.hpp"
+#include "dsv32/oracle/scored_rows.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32::golden {
@@ -51,8 +52,9 @@ void count(const Oracle& exact, const Config& cfg, const StepInput& in, const St
   coverage.add_step(in, cfg.index_topk);
   for (int l = 0; l < cfg.num_layers; ++l)
     if (cfg.is_full_layer(l))
-      for (int t = 0; t < in.num_tokens; ++t)
-        coverage.add_scores(exact.index_scores(l, in, t0.layers[l], t).score, cfg.index_topk);
+      scored_rows(
+          in.num_tokens, [&](int t) { return exact.index_scores(l, in, t0.layers[l], t); },
+          [&](int, const IndexScores& sc) { coverage.add_scores(sc.score, cfg.index_topk); });
 }
 
 }  // namespace

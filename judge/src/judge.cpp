@@ -1,13 +1,13 @@
 #include "dsv32/judge/judge.hpp"
 
 #include <algorithm>
-#include <exception>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <utility>
 
 #include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/scored_rows.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32 {
@@ -74,34 +74,6 @@ std::string Judgement::worst_text() const {
 std::string Judgement::Row::stage_path() const {
   return layer < 0 ? stage : "layer" + std::to_string(layer) + "/" + stage;
 }
-
-namespace {
-
-/// Rows [0, n) scored by `score(t)` in parallel (a chunk of rows at a time, so that a
-/// chunk's scores of 16k-key rows stay in memory) and handed to `use(t, scores)` in row order
-/// on this thread: the verdict does not depend on the thread count.
-template <class Score, class Use>
-void scored_rows(int n, Score&& score, Use&& use) {
-  constexpr int kChunk = 64;
-  std::vector<IndexScores> chunk(kChunk);
-  for (int t0 = 0; t0 < n; t0 += kChunk) {
-    const int m = std::min(kChunk, n - t0);
-    std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic) if (m > 1)
-    for (int i = 0; i < m; ++i) {
-      try {
-        chunk[i] = score(t0 + i);
-      } catch (...) {
-#pragma omp critical
-        if (!error) error = std::current_exception();
-      }
-    }
-    if (error) std::rethrow_exception(error);
-    for (int i = 0; i < m; ++i) use(t0 + i, chunk[i]);
-  }
-}
-
-}  // namespace
 
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp,
