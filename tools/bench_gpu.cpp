@@ -28,7 +28,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct BenchGpuOptions {
   std::string preset = "dsv32-tp4";
   int layers = 4;
   int context = 4096;
@@ -64,14 +64,14 @@ struct Options {
 };
 
 /// The largest --decode batch.
-int largest_batch(const Options& o) {
+int largest_batch(const BenchGpuOptions& o) {
   int m = 1;
   for (int n : o.decode) m = std::max(m, n);
   return m;
 }
 
 #if DSV32_HAVE_CUDA
-gpu::StackOptions stack_options(const Options& o) {
+gpu::StackOptions stack_options(const BenchGpuOptions& o) {
   gpu::StackOptions so;
   so.pdl = o.pdl;
   so.overlap = o.overlap;
@@ -81,12 +81,12 @@ gpu::StackOptions stack_options(const Options& o) {
 }
 
 /// The stack's options as JSON (every benchmark's "options") and as one line of text.
-nlohmann::json options_json(const Options& o) {
+nlohmann::json options_json(const BenchGpuOptions& o) {
   nlohmann::json j;
   for (const auto& [name, on] : stack_options(o).fields()) j[name] = on;
   return j;
 }
-std::string options_text(const Options& o) {
+std::string options_text(const BenchGpuOptions& o) {
   std::string t;
   for (const auto& [name, on] : stack_options(o).fields())
     t += fmt::format("{}{}={}", t.empty() ? "" : " ", name, on ? "on" : "off");
@@ -181,7 +181,7 @@ Config one_f_layer(const std::string& name) {
 }
 
 /// Per-op times of one F layer at full sizes against each op's bandwidth floor.
-int run_per_op(const Options& o) {
+int run_per_op(const BenchGpuOptions& o) {
   const double gbs = gpu::copy_bandwidth_gbs();
   fmt::print("bench-gpu --per-op: one F layer, context {}, {} runs per op ({}), {}\n", o.context,
              o.repeats, o.per_op_eager ? "launched eagerly" : "captured as one graph",
@@ -289,7 +289,7 @@ int run_per_op(const Options& o) {
 /// What each launch of one F layer costs the step: the layer timed (eager and narrow) with each
 /// distinct launch left out in turn, against the layer with all of them (timed first and last).
 /// The step's results are wrong by design while a launch is left out; only its time is used.
-int run_ablate(const Options& o) {
+int run_ablate(const BenchGpuOptions& o) {
   const Config cfg = one_f_layer(o.preset);
   const Weights w = Weights::generate(cfg, 1);
   fmt::print(
@@ -379,7 +379,7 @@ int run_ablate(const Options& o) {
 }
 
 /// The stack the plan-timing and memory benchmarks build: --preset with --layers F layers.
-Config stack_config(const Options& o) {
+Config stack_config(const BenchGpuOptions& o) {
   Config cfg = preset(o.preset);
   cfg.num_layers = o.layers;
   cfg.index_topk_pattern = std::string(static_cast<std::size_t>(o.layers), 'F');
@@ -388,7 +388,7 @@ Config stack_config(const Options& o) {
 }
 
 /// Cache blocks for the largest batch's requests at --context tokens (and one new token) each.
-int cache_blocks(const Config& cfg, const Options& o) {
+int cache_blocks(const Config& cfg, const BenchGpuOptions& o) {
   return largest_batch(o) * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
 }
 
@@ -420,8 +420,8 @@ struct MemoryRun {
 /// plan's (full-and-piecewise: full + narrow; its copy variant: full + narrow-copy), measured
 /// once each (the stack keys graphs by what they record, so the dispatch mode's captures would
 /// replace those of `full` and `narrow` rather than add to them).
-MemoryRun measure_memory(const Options& o, int layers, nlohmann::json& out) {
-  Options at = o;
+MemoryRun measure_memory(const BenchGpuOptions& o, int layers, nlohmann::json& out) {
+  BenchGpuOptions at = o;
   at.layers = layers;
   const Config cfg = stack_config(at);
   const Weights w = Weights::generate(cfg, 1);
@@ -498,7 +498,8 @@ MemoryRun measure_memory(const Options& o, int layers, nlohmann::json& out) {
 /// layer (the slope between the two largest layer counts measured) and at --memory-model-layers
 /// layers, in bytes and in tokens of KV cache (every layer's latent, rope part and indexer key
 /// a token: the cache it displaces), and against each --memory-gpu-gib GPU.
-void memory_summary(const Options& o, const std::vector<MemoryRun>& runs, nlohmann::json& out) {
+void memory_summary(const BenchGpuOptions& o, const std::vector<MemoryRun>& runs,
+                    nlohmann::json& out) {
   const double mib = 1024.0 * 1024.0, gib = 1024.0 * mib;
   const MemoryRun &a = runs.front(), &b = runs.back();
   const auto total = [](const MemoryRun& r, const std::string& plan) {
@@ -548,8 +549,8 @@ void memory_summary(const Options& o, const std::vector<MemoryRun>& runs, nlohma
 
 /// --preset with `layers` F layers and weights: one generated layer repeated (timing only; the
 /// values do not matter, and a model-deep stack's weights then take one layer's generation).
-std::pair<Config, Weights> deep_stack(const Options& o, int layers) {
-  Options one = o;
+std::pair<Config, Weights> deep_stack(const BenchGpuOptions& o, int layers) {
+  BenchGpuOptions one = o;
   one.layers = 1;
   const Weights w1 = Weights::generate(stack_config(one), 1);
   one.layers = layers;
@@ -576,7 +577,7 @@ double crossing(const std::vector<double>& xs, const std::vector<double>& ys, do
 /// --dispatch-us value before every eager op and --graph-launch-us before every graph launch
 /// (Stack::set_host_costs); ratios to `wide` and `eager` from the same run, and where `narrow` over
 /// `wide` crosses 1.5x and 2x.
-int run_whatif(const Options& o) {
+int run_whatif(const BenchGpuOptions& o) {
   const auto [cfg, w] = deep_stack(o, o.whatif_layers);
   const int max_batch = largest_batch(o);
   const int longest = *std::max_element(o.whatif_prefill.begin(), o.whatif_prefill.end());
@@ -724,7 +725,7 @@ int run_whatif(const Options& o) {
   return kExitPass;
 }
 
-int run_memory(const Options& o) {
+int run_memory(const BenchGpuOptions& o) {
   nlohmann::json out;
   out["options"] = options_json(o);
   out["preset"] = o.preset;
@@ -750,7 +751,7 @@ int run_memory(const Options& o) {
 
 #endif
 
-int run(const Options& o) {
+int run(const BenchGpuOptions& o) {
   if (o.per_op + o.ablate + o.memory + !o.dispatch_us.empty() > 1) {
     fmt::print(stderr,
                "dsv32 bench-gpu: --per-op, --ablate, --memory and --dispatch-us are different "
@@ -835,7 +836,7 @@ int run(const Options& o) {
 }  // namespace
 
 void add_bench_gpu(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<BenchGpuOptions>();
   CLI::App* sub = app.add_subcommand("bench-gpu", "Step time of every plan, side by side");
   sub->add_option("--preset", o->preset, "Config preset")->capture_default_str();
   sub->add_option("--layers", o->layers, "Layers (all F)")

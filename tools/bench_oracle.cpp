@@ -18,7 +18,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct BenchOracleOptions {
   std::string preset = "dsv32";
   int context = 8192;
   std::vector<int> decode = {1, 8, 64};
@@ -91,7 +91,7 @@ std::vector<std::pair<std::string, double>> op_flops(const Config& c, const Step
 
 /// The largest decode case's cache, one oracle's (doubles): refused over --max-gib before the
 /// weights are made.
-void check_sizes(const Options& o) {
+void check_sizes(const BenchOracleOptions& o) {
   Config cfg = preset(o.preset);
   int batch = 1;
   for (int n : o.decode) batch = std::max(batch, n);
@@ -104,7 +104,7 @@ void check_sizes(const Options& o) {
       tokens * per_token, o.max_gib, " (--max-gib)");
 }
 
-void run(const Options& o) {
+void run(const BenchOracleOptions& o) {
   check_sizes(o);
   keep_freed_memory();  // CPU-only benchmark: see docs/DECISIONS.md (not with CUDA in the process)
   Config cfg = preset(o.preset);
@@ -193,7 +193,7 @@ void run(const Options& o) {
 }  // namespace
 
 void add_bench_oracle(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<BenchOracleOptions>();
   CLI::App* sub = app.add_subcommand("bench-oracle", "Time the oracle per op at full sizes");
   sub->add_option("--preset", o->preset, "Config preset")->capture_default_str();
   sub->add_option("--context", o->context, "Cached tokens per decode request")

@@ -23,7 +23,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct BisectOptions {
   std::string golden;
   std::string case_name;
   std::string plan = "narrow";
@@ -32,7 +32,7 @@ struct Options {
   std::string json;
 };
 
-int run(const Options& o) {
+int run(const BisectOptions& o) {
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_device_reason(); !why.empty()) {
     fmt::print(stderr, "dsv32 bisect: {}\n", why);
@@ -120,7 +120,7 @@ int run(const Options& o) {
 }  // namespace
 
 void add_bisect(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<BisectOptions>();
   CLI::App* sub = app.add_subcommand(
       "bisect", "Name the op whose move across the eager boundary breaks a plan");
   sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")

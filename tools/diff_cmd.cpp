@@ -13,7 +13,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct DiffOptions {
   std::string candidate, reference;
   std::string group = "expected";
   bool all_rows = false;
@@ -21,7 +21,7 @@ struct Options {
   double max_gib = 16;
 };
 
-int run(const Options& o) {
+int run(const DiffOptions& o) {
   golden::ReadLimits limits;
   limits.max_bytes = o.max_gib * (1ull << 30);
   const golden::GoldenCase cand = golden::read(o.candidate, limits);
@@ -84,7 +84,7 @@ int run(const Options& o) {
 }  // namespace
 
 void add_diff(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<DiffOptions>();
   CLI::App* sub = app.add_subcommand("diff", "Compare a golden (or dump) with a reference golden");
   sub->add_option("candidate", o->candidate, "File to judge")->required()->check(kInputFile);
   sub->add_option("reference", o->reference, "Reference golden file")

@@ -23,7 +23,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct GoldenOptions {
   bool list = false, all = false;
   std::vector<std::string> cases;
   std::string out;
@@ -38,7 +38,7 @@ struct Options {
 /// file's own config, weights and inputs. A file whose expected tensors are not this oracle's
 /// bits (another tool's, an older version's) passes when they are within TESTING.md's gates
 /// (judged as a candidate); `--bitwise` asks for the same bits.
-int check(const Options& o) {
+int check(const GoldenOptions& o) {
   int rc = kExitPass;
   golden::ReadLimits limits;
   limits.max_bytes = o.max_gib * (1ull << 30);
@@ -143,7 +143,7 @@ bool unchanged_but_generator(const std::string& path, golden::GoldenCase& gc) {
   return same;
 }
 
-int generate(const Options& o) {
+int generate(const GoldenOptions& o) {
   std::vector<golden::CaseSpec> todo;
   if (o.all)
     for (const golden::CaseSpec& c : golden::registry())
@@ -247,7 +247,7 @@ int generate(const Options& o) {
 }  // namespace
 
 void add_golden(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<GoldenOptions>();
   CLI::App* sub = app.add_subcommand("golden", "List or generate HDF5 golden files");
   CLI::Option* list_opt = sub->add_flag("--list", o->list, "List the registry's cases");
   CLI::Option* cases =

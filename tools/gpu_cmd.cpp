@@ -28,7 +28,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct GpuOptions {
   std::string golden;
   std::string plan = "eager";
   std::string dump;
@@ -44,7 +44,7 @@ const std::vector<std::string>& served_metrics() {
   return names;
 }
 
-int run(const Options& o) {
+int run(const GpuOptions& o) {
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_tp_reason(o.tp); !why.empty()) {
     fmt::print(stderr, "dsv32 gpu: {}\n", why);
@@ -140,7 +140,7 @@ int run(const Options& o) {
 }  // namespace
 
 void add_gpu(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<GpuOptions>();
   CLI::App* sub =
       app.add_subcommand("gpu", "Run a golden case on the GPU under a plan and judge it");
   sub->add_option("golden", o->golden, "Golden file whose steps and weights to run")

@@ -19,7 +19,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct JudgeOptions {
   std::string candidate, golden, json;
   int tp = 1;
   double max_gib = 16;
@@ -40,7 +40,7 @@ nlohmann::json ratio_json(double r) {
   return std::isfinite(r) ? nlohmann::json(r) : nlohmann::json("inf");
 }
 
-int run(const Options& o) {
+int run(const JudgeOptions& o) {
   refuse_output_over_input("judge", o.json, {o.candidate, o.golden});
   golden::ReadLimits limits;
   limits.max_bytes = o.max_gib * (1ull << 30);
@@ -140,7 +140,7 @@ int run(const Options& o) {
 }  // namespace
 
 void add_judge(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<JudgeOptions>();
   CLI::App* sub = app.add_subcommand(
       "judge", "Judge any implementation's traces (docs/CANDIDATE.md) against a golden case");
   sub->add_option("candidate", o->candidate, "Candidate file: /steps/step{s}/expected/...")

@@ -15,12 +15,12 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct ResourceSpecOptions {
   std::string out = DSV32_RESOURCE_SPEC;
   int slots = 1;
 };
 
-int run(const Options& o) {
+int run(const ResourceSpecOptions& o) {
 #if DSV32_HAVE_CUDA
   const int n = gpu::device_count();
 #else
@@ -44,7 +44,7 @@ int run(const Options& o) {
 }  // namespace
 
 void add_resource_spec(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<ResourceSpecOptions>();
   CLI::App* cmd =
       app.add_subcommand("resource-spec",
                          "Write the CTest resource spec for the visible GPUs (ctest -L gpu -j N "

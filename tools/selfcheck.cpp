@@ -32,7 +32,7 @@
 namespace dsv32::tools {
 namespace {
 
-struct Options {
+struct SelfcheckOptions {
   std::string mutant;  // a mutant switched on in the GPU rows ("" none)
   std::string scenario = "default";
   std::string fixtures = DSV32_FIXTURES_DIR;
@@ -47,7 +47,7 @@ std::string fmt_g(double v) {
 /// Regenerates every committed case and compares it with its fixture, stage by stage. Only
 /// bitwise passes: the oracle's bits are a function of its inputs (docs/DETERMINISM.md), so a
 /// regeneration that differs at all, even within the gates, is drift.
-Verdict goldens(const Options& o) {
+Verdict goldens(const SelfcheckOptions& o) {
   int cases = 0, bitwise = 0, within = 0;
   std::string first_problem, first_drift;
   for (const golden::CaseSpec& spec : golden::registry()) {
@@ -164,7 +164,7 @@ struct MutantNotRun : std::runtime_error {
             why + "): nothing was checked") {}
 };
 
-std::vector<Verdict> run(const Options& o) {
+std::vector<Verdict> run(const SelfcheckOptions& o) {
   if (!o.mutant.empty()) {  // refused before the work, not after it
 #if DSV32_HAVE_CUDA
     if (const std::string why = gpu::no_device_reason(); !why.empty()) throw MutantNotRun(why);
@@ -265,7 +265,7 @@ std::vector<Verdict> run(const Options& o) {
 }  // namespace
 
 void add_selfcheck(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<SelfcheckOptions>();
   CLI::App* sub = app.add_subcommand("selfcheck", "Verdict table for the default scenario");
   sub->add_option("--scenario", o->scenario, "Registry case to judge")
       ->check(kRegistryCase)
