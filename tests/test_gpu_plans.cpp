@@ -2,6 +2,7 @@
 // capture runs no graph op, and every plan bitwise equal to `eager` over changing steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "dsv32/golden/golden.hpp"
@@ -133,15 +134,27 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPlanFixtures, ::testing::ValuesIn(committe
 
 TEST(GpuPlans, TopkUnderLargeTieGroupsIsValidAndTheSameAtEveryReplay) {
   // topk-stress: tie groups of hundreds of keys at the K-th place and crowded bins; the sets
-  // are judged valid and every run of the graphs gives the same bits (no atomic order leaks).
+  // are judged valid, every run of the graphs gives the same bits (no atomic order leaks), and
+  // the device counted the crowded bins' fallback, each real row of each F layer once.
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::read(fixture("topk-stress"));
-  const std::vector<StepTrace> first =
-      run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "narrow");
+  gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture_size(gc.steps));
+  const boundary::Plan narrow = boundary::plan_preset("narrow", gc.cfg);
+  std::vector<StepTrace> first;
+  for (const StepInput& in : gc.steps) first.push_back(stack.run(narrow, in));
   const Judgement j =
       judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, first);
   EXPECT_TRUE(j.failures.empty()) << j.failures.front();
   EXPECT_GE(j.coverage.largest_tie, 300);
+  const auto& paths = stack.kernel_paths();
+  ASSERT_TRUE(paths.count(gpu::kTopkCrowdedBinPath));
+  EXPECT_GT(paths.at(gpu::kTopkCrowdedBinPath), 0);
+  long rows = 0, want = 0;
+  for (const auto& [path, n] : paths) rows += path.rfind("top-k rows:", 0) == 0 ? n : 0;
+  const long full_layers =
+      std::count(gc.cfg.index_topk_pattern.begin(), gc.cfg.index_topk_pattern.end(), 'F');
+  for (const StepInput& in : gc.steps) want += full_layers * in.num_tokens;
+  EXPECT_EQ(rows, want);
   for (int again = 0; again < 3; ++again)
     EXPECT_EQ(first_difference(gc.cfg, first,
                                run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "narrow")),

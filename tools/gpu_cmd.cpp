@@ -38,9 +38,12 @@ struct GpuOptions {
   bool far_blocks = false;
 };
 
-/// The counts `dsv32 gpu` adds to a requirement's metrics: the steps each kind of graph served.
+/// The counts `dsv32 gpu` adds to a requirement's metrics: the steps each kind of graph served,
+/// and the top-k rows whose threshold bin was crowded (radix passes within it, counted on the
+/// device).
 const std::vector<std::string>& served_metrics() {
-  static const std::vector<std::string> names{"steps_full", "steps_piecewise", "steps_eager"};
+  static const std::vector<std::string> names{"steps_full", "steps_piecewise", "steps_eager",
+                                              "crowded_bin_rows"};
   return names;
 }
 
@@ -76,7 +79,8 @@ int run(const GpuOptions& o) {
   if (j.failures.empty()) fmt::print("  {}\n", j.worst_text());
   // What the run exercised: the case's rows, the graphs that served the steps, the paths.
   fmt::print("  {}\n", j.coverage.line());
-  std::map<std::string, long> counts{{"steps_full", 0}, {"steps_piecewise", 0}, {"steps_eager", 0}};
+  std::map<std::string, long> counts{
+      {"steps_full", 0}, {"steps_piecewise", 0}, {"steps_eager", 0}, {"crowded_bin_rows", 0}};
   nlohmann::json served = nlohmann::json::array();
   std::string by_step;
   for (std::size_t s = 0; s < group.served().size(); ++s) {
@@ -93,8 +97,10 @@ int run(const GpuOptions& o) {
              counts["steps_full"], counts["steps_piecewise"], counts["steps_eager"], by_step);
   nlohmann::json paths = nlohmann::json::object();
   for (const auto& [path, n] : group.kernel_paths()) {
-    fmt::print("  kernel path: {} ({} layer-steps)\n", path, n);
+    const bool rows = path.rfind("top-k rows:", 0) == 0;
+    fmt::print("  kernel path: {} ({} {})\n", path, n, rows ? "rows" : "layer-steps");
     paths[path] = n;
+    if (path == gpu::kTopkCrowdedBinPath) counts["crowded_bin_rows"] = n;
   }
   const RequirementsChecked checked = check_requirements(o.require, j.coverage, counts);
   const std::string& unmet = checked.first_unmet;

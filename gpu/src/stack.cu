@@ -2,9 +2,14 @@
 // its implementation (gpu/src/stack/) on the stack's device.
 #include "dsv32/gpu/stack.hpp"
 
+#include <iterator>
+
+#include "kernels/topk_select.cuh"
 #include "stack/impl.cuh"
 
 namespace dsv32::gpu {
+
+static_assert(std::size(kTopkRowPathNames) == k::kTopkRowPaths, "a name for each row path");
 
 Stack::Stack(const Config& cfg, const Weights& weights, int num_blocks, int max_tokens, int device,
              RankGather* gather, const StackOptions& options) {
@@ -112,7 +117,12 @@ const std::vector<Served>& Stack::served() const {
 }
 
 const std::map<std::string, long>& Stack::kernel_paths() const {
-  return impl_->paths;
+  const detail::DeviceGuard on(impl_->device);
+  impl_->reported = impl_->paths;
+  const std::vector<long> rows = impl_->topk_row_paths();
+  for (int p = 0; p < k::kTopkRowPaths; ++p)
+    if (rows[p] > 0) impl_->reported[kTopkRowPathNames[p]] = rows[p];
+  return impl_->reported;
 }
 
 int Stack::indexer_forks() const {

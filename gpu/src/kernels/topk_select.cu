@@ -221,7 +221,8 @@ __device__ __noinline__ bool topk_short(int n, int K, const float* sc, int* out,
 
 template <bool kBins>
 __global__ void __launch_bounds__(kTopkThreads)
-    topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk, TopkFault fault) {
+    topk_select(Dims d, Meta m, const float* scores, int ld_scores, int* topk, TopkFault fault,
+                int* path_counts) {
   stream_order();
   __shared__ TopkBinsShared bsh;
   __shared__ int warp_at[kTopkWarps + 1];
@@ -233,8 +234,12 @@ __global__ void __launch_bounds__(kTopkThreads)
   const int t = blockIdx.x, n = p + 1, K = d.K, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   int* out = topk + static_cast<long long>(t) * K;
   const float* sc = scores + static_cast<long long>(t) * ld_scores;
+  const auto count_path = [&](TopkRowPath path) {
+    if (path_counts && threadIdx.x == 0) atomicAdd(&path_counts[path], 1);
+  };
   if (n <= K || (fault == TopkFault::edge && n == K + 1)) {  // entries n.. keep their -1
     for (int j = threadIdx.x; j < min(n, K); j += blockDim.x) out[j] = j;
+    count_path(kTopkWithinK);
     return;
   }
   const int per = (n + blockDim.x - 1) / blockDim.x;  // the same in every thread
@@ -256,8 +261,11 @@ __global__ void __launch_bounds__(kTopkThreads)
         done = topk_short<12>(n, K, sc, out, bsh, warp_at, cand, above, &ncand, &prefix_sh);
       else
         done = topk_short<16>(n, K, sc, out, bsh, warp_at, cand, above, &ncand, &prefix_sh);
-      if (done) return;  // the same in every thread
-      __syncthreads();   // the short path's shared values are read before the select reuses them
+      if (done) {  // the same in every thread
+        count_path(kTopkShortBins);
+        return;
+      }
+      __syncthreads();  // the short path's shared values are read before the select reuses them
     }
   }
   constexpr int kRegs = kBins ? 8 : kTopkRegs;
@@ -336,6 +344,7 @@ __global__ void __launch_bounds__(kTopkThreads)
       }
     }
   }
+  count_path(found ? kTopkBinRanked : bin >= 0 ? kTopkCrowdedBin : kTopkRadixRow);
   // Radix passes (restricted to the threshold bin where one was found).
   const auto in_bin = [&](unsigned long long kk) {
     return !kBins || bin < 0 || topk_bin(topk_score(kk), lo, scale) == bin;
@@ -422,9 +431,10 @@ __global__ void __launch_bounds__(kTopkThreads)
 }
 
 void launch_topk_select(const Launch& go, bool bins, const Dims& d, const Meta& m,
-                        const float* scores, int ld_scores, int rows, int* topk, TopkFault fault) {
+                        const float* scores, int ld_scores, int rows, int* topk, TopkFault fault,
+                        int* path_counts) {
   go(bins ? topk_select<true> : topk_select<false>, rows, kTopkThreads, 0, d, m, scores, ld_scores,
-     topk, fault);
+     topk, fault, path_counts);
 }
 
 }  // namespace dsv32::gpu::k

@@ -45,7 +45,7 @@ void StackImpl<S>::indexer_topk(int l) {
     k::launch_index_scores(launch, kernel, d, m, w.q8->get(), w.omega->get(), w.index,
                            scores_->get(), max_len_, Ta_, longest_);
   k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, Ta_,
-                        topk_->get(), topk_fault());
+                        topk_->get(), topk_fault(), topk_paths_->get());
 }
 
 /// Device-driven: scores over the whole cache's positions (a block loops over the chunks past
@@ -62,7 +62,7 @@ void StackImpl<S>::indexer_topk_device(int l) {
                          d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, T_,
                          max_len_, 0, cap);
   k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, T_, topk_->get(),
-                        topk_fault());
+                        topk_fault(), topk_paths_->get());
 }
 
 /// The score kernel's path (Stack::kernel_paths).

@@ -6,6 +6,7 @@
 
 #include "../kernels/cache.cuh"
 #include "../kernels/index_scores.cuh"
+#include "../kernels/topk_select.cuh"
 #include "../kernels/uk_absorb.cuh"
 #include "impl.cuh"
 
@@ -58,6 +59,7 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
   const std::size_t T = static_cast<std::size_t>(max_tokens);
   h_ = zeros<S>(T * cfg.hidden_size);
   topk_ = zeros<int>(T * cfg.index_topk, 0xFF);
+  topk_paths_ = zeros<int>(k::kTopkRowPaths);
   for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
   positions_ = zeros<int>(T);
   positions_snapshot_ = zeros<int>(T);
@@ -125,6 +127,14 @@ std::vector<double> StackImpl<S>::residual(int T) {
   std::vector<double> out(host.size());
   for (std::size_t i = 0; i < host.size(); ++i) out[i] = from_storage(host[i]);
   return out;
+}
+
+template <class S>
+std::vector<long> StackImpl<S>::topk_row_paths() {
+  check(cudaStreamSynchronize(stream_), "top-k path counts");
+  check(cudaStreamSynchronize(aux_), "top-k path counts");
+  const std::vector<int> n = download(topk_paths_->get(), k::kTopkRowPaths);
+  return {n.begin(), n.end()};
 }
 
 template <class S>

@@ -38,6 +38,8 @@ struct Stack::Impl {
   virtual int capture_count() const = 0;
   virtual std::size_t copy_form_bytes() const = 0;
   virtual int indexer_forks() const = 0;
+  /// Rows of each k::TopkRowPath the top-k select took so far (read from the device).
+  virtual std::vector<long> topk_row_paths() = 0;
   virtual int indexer_leads() const = 0;
   virtual void set_mutant(const std::string& name) = 0;
   virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
@@ -53,6 +55,7 @@ struct Stack::Impl {
   std::vector<Served> served;
   std::map<std::string, long> paths;
   void note(const std::string& path, long n = 1) { paths[path] += n; }
+  std::map<std::string, long> reported;  // paths and the device's counts (Stack::kernel_paths)
 };
 
 namespace stack {
@@ -119,6 +122,7 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
     return n;
   }
   int indexer_forks() const override { return forks_; }
+  std::vector<long> topk_row_paths() override;
   int indexer_leads() const override { return leads_; }
   // timing.cu
   double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) override;
@@ -235,6 +239,7 @@ class StackImpl final : public Stack::Impl, private k::LaunchFilter {
   Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_, mqa_acc_;
   Buf<S> mqa_keys_, mqa_p_, uv_rows_;
   Buf<int> topk_, positions_, request_of_token_, block_table_;
+  Buf<int> topk_paths_;  // k::TopkRowPath counts, added to by every select (captured ones too)
   // The device-driven H ops' metadata (k::Meta::live): [R, short-prefill flag, seq_len of each
   // request], written by upload_step with the rest of the step; live_capture_: as a capture
   // saw it (mutants stale-full-metadata, stale-short-prefill). device_ops_: the plan running

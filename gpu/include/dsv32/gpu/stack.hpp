@@ -100,7 +100,8 @@ class Stack {
   const std::vector<Served>& served() const;
   /// The size- and data-dependent paths the host chose for the indexer's kernels, with how many
   /// layer-steps took each (docs/COVERAGE.md): the score kernel, the short-prefill shortcut,
-  /// the top-k select's row class.
+  /// the top-k select's row class; and the paths the select's rows took on the device ("top-k
+  /// rows: ...", in rows, captured steps' included; waits for the stack's streams).
   const std::map<std::string, long>& kernel_paths() const;
   /// How many times an F layer's indexer has been forked onto its own stream since construction,
   /// by eager steps and into captures (a capture's eager warm-up not counted); 0 without
@@ -157,6 +158,16 @@ class Stack {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// The paths of the top-k select's rows as Stack::kernel_paths names them (counted in rows, on
+/// the device): all of 0..p; the short path's bins; the general select's threshold bin ranked;
+/// a crowded threshold bin (more than 128 keys) resolved by radix passes within it; radix
+/// passes over the whole row (no bins, a non-finite score, one value).
+inline constexpr const char* kTopkRowPathNames[] = {
+    "top-k rows: within K (all of 0..p)", "top-k rows: bins in registers",
+    "top-k rows: threshold bin ranked", "top-k rows: crowded threshold bin, radix passes within it",
+    "top-k rows: radix passes over the row"};
+inline constexpr const char* kTopkCrowdedBinPath = kTopkRowPathNames[3];
 
 /// Runs `steps` in order under `plan` on a fresh stack sized for them, with the stack mutant
 /// `mutant` switched on ("" none); `captures` receives how many captures the stack held at the
