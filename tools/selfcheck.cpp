@@ -14,6 +14,7 @@
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/coverage.hpp"
+#include "dsv32/oracle/scored_rows.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "report.hpp"
 #include "version.hpp"
@@ -205,15 +206,16 @@ std::vector<Verdict> run(const SelfcheckOptions& o) {
     for (int l = 0; l < cfg.num_layers; ++l) {
       if (!cfg.is_full_layer(l)) continue;
       const TopkRows rows_l = topk_rows(tr.layers[l]);
-      for (int t = 0; t < in.num_tokens; ++t) {
-        const IndexScores sc = exact.index_scores(l, in, tr.layers[l], t);
-        coverage.add_scores(sc.score, cfg.index_topk);
-        std::vector<int> row(rows_l.row(t).data(), rows_l.row(t).data() + cfg.index_topk);
-        const std::string why = check_topk_row(row, sc.score, cfg.index_topk, 0.0);
-        if (!why.empty() && topk_problem.empty())
-          topk_problem = fmt::format("step{}/layer{}/token{}: {}", s, l, t, why);
-        ++n_rows;
-      }
+      scored_rows(
+          in.num_tokens, [&](int t) { return exact.index_scores(l, in, tr.layers[l], t); },
+          [&](int t, const IndexScores& sc) {
+            coverage.add_scores(sc.score, cfg.index_topk);
+            std::vector<int> row(rows_l.row(t).data(), rows_l.row(t).data() + cfg.index_topk);
+            const std::string why = check_topk_row(row, sc.score, cfg.index_topk, 0.0);
+            if (!why.empty() && topk_problem.empty())
+              topk_problem = fmt::format("step{}/layer{}/token{}: {}", s, l, t, why);
+            ++n_rows;
+          });
     }
   }
   rows.push_back({"oracle exact: top-k rows valid against exact scores",
