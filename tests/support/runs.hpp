@@ -75,29 +75,39 @@ inline int blocks_for(const Config& cfg, const std::vector<gen::Req>& reqs) {
   return n;
 }
 
-/// Runs the batch: step 0 prefills the requests with context (in `order`), step 1 runs every
-/// request's q tokens in `order`, padded by `pad` rows filled with `poison`. Request r keeps id
-/// r (its inputs are keyed by it); an `order` naming a subset runs only those requests.
-inline Run run_batch(const Config& cfg, std::shared_ptr<const Weights> w, std::uint64_t seed,
-                     const std::vector<gen::Req>& reqs, std::vector<int> order, int pad = 0,
-                     Poison poison = Poison::nan, const std::vector<StepOptions>& step_opts = {}) {
+/// The batch's steps: step 0 prefills the requests with context (in `order`), step 1 runs every
+/// request's q tokens in `order`, padded by `pad` rows filled with `poison` (and step 0 padded to
+/// `prefill_size` rows, 0: not). Request r keeps id r (its inputs are keyed by it); an `order`
+/// naming a subset has only those requests.
+inline std::vector<StepInput> batch_inputs(const Config& cfg, std::uint64_t seed,
+                                           const std::vector<gen::Req>& reqs,
+                                           std::vector<int> order, int pad = 0,
+                                           Poison poison = Poison::nan, int prefill_size = 0) {
   if (order.empty()) {
     order.resize(reqs.size());
     std::iota(order.begin(), order.end(), 0);
   }
-  const int blocks = blocks_for(cfg, reqs);
-  Oracle oracle(cfg, std::move(w), Mode::exact, blocks);
-  ScenarioBuilder builder(cfg, seed, blocks);
-  Run run;
+  ScenarioBuilder builder(cfg, seed, blocks_for(cfg, reqs));
+  std::vector<StepInput> steps;
   std::vector<StepRequest> pre, fin;
   for (int r : order) {
     if (reqs[r].prefill > 0) pre.push_back({r, reqs[r].prefill});
     fin.push_back({r, reqs[r].q});
   }
-  if (!pre.empty()) run.inputs.push_back(builder.step(pre));
+  if (!pre.empty()) steps.push_back(builder.step(pre, prefill_size, poison));
   int Ta = 0;
   for (const StepRequest& s : fin) Ta += s.q;
-  run.inputs.push_back(builder.step(fin, Ta + pad, poison));
+  steps.push_back(builder.step(fin, Ta + pad, poison));
+  return steps;
+}
+
+/// Runs batch_inputs(...) on a fresh exact oracle.
+inline Run run_batch(const Config& cfg, std::shared_ptr<const Weights> w, std::uint64_t seed,
+                     const std::vector<gen::Req>& reqs, const std::vector<int>& order, int pad = 0,
+                     Poison poison = Poison::nan, const std::vector<StepOptions>& step_opts = {}) {
+  Oracle oracle(cfg, std::move(w), Mode::exact, blocks_for(cfg, reqs));
+  Run run;
+  run.inputs = batch_inputs(cfg, seed, reqs, order, pad, poison);
   for (std::size_t s = 0; s < run.inputs.size(); ++s)
     run.traces.push_back(
         oracle.step(run.inputs[s], s < step_opts.size() ? step_opts[s] : StepOptions{}));
