@@ -179,7 +179,7 @@ TEST(GpuPlans, RowsPastTheRegisterBinsUnderEagerAndTheDispatchMode) {
   for (const StepInput& in : gc.steps) got.push_back(stack.run(fp, in));
   EXPECT_EQ(first_difference(gc.cfg, eager, got), "");
   ASSERT_EQ(stack.served().size(), 4u);
-  EXPECT_EQ(stack.served()[3].how, "full graph");
+  EXPECT_EQ(stack.served()[3].how, gpu::Served::How::full_graph);
   const auto& paths = stack.kernel_paths();
   EXPECT_TRUE(paths.count("top-k: general select (rows past 16384 keys)"));
   EXPECT_TRUE(paths.count("index scores: device-driven over the capped grid"));

@@ -85,13 +85,16 @@ int run(const GpuOptions& o) {
   std::string by_step;
   for (std::size_t s = 0; s < group.served().size(); ++s) {
     const gpu::Served& sv = group.served()[s];
-    ++counts[sv.how == "full graph"        ? "steps_full"
-             : sv.how == "piecewise graph" ? "steps_piecewise"
-                                           : "steps_eager"];
-    served.push_back(
-        {{"step", s}, {"plan", sv.plan}, {"how", sv.how}, {"capture_size", sv.capture_size}});
-    by_step += fmt::format("{}{}: {} {}{}", s ? "; " : "", s, sv.plan, sv.how,
-                           sv.how == "eager" ? "" : fmt::format(" at {}", sv.capture_size));
+    using How = gpu::Served::How;
+    ++counts[sv.how == How::full_graph        ? "steps_full"
+             : sv.how == How::piecewise_graph ? "steps_piecewise"
+                                              : "steps_eager"];
+    served.push_back({{"step", s},
+                      {"plan", sv.plan},
+                      {"how", sv.how_text()},
+                      {"capture_size", sv.capture_size}});
+    by_step += fmt::format("{}{}: {} {}{}", s ? "; " : "", s, sv.plan, sv.how_text(),
+                           sv.how == How::eager ? "" : fmt::format(" at {}", sv.capture_size));
   }
   fmt::print("  served: {} steps by a full graph, {} by a piecewise graph, {} eagerly ({})\n",
              counts["steps_full"], counts["steps_piecewise"], counts["steps_eager"], by_step);

@@ -37,7 +37,7 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
       for (const StepInput& in : steps) got.push_back(stack.run(plan, in));
       c.captures = stack.capture_count();
       std::map<std::string, int> how;
-      for (const Served& sv : stack.served()) ++how[sv.how];
+      for (const Served& sv : stack.served()) ++how[sv.how_text()];
       for (const auto& [kind, n] : how)
         c.served += (c.served.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
     }

@@ -36,9 +36,9 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
     graph = it->second.get();
   }
   served.push_back({serving.name,
-                    !graph                  ? "eager"
-                    : serving.device_driven ? "full graph"
-                                            : "piecewise graph",
+                    !graph                  ? Served::How::eager
+                    : serving.device_driven ? Served::How::full_graph
+                                            : Served::How::piecewise_graph,
                     T});
   if (graph && serving.device_driven) note_device_paths();  // its host code ran at capture
   launch(serving, graph);

@@ -52,11 +52,20 @@ long long far_block_offset(const Config& cfg);
 /// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
 /// tensor, allocated once for capture sizes up to `max_tokens`.
 /// What served one step of a stack (Stack::served): the plan that ran it (a dispatch plan's
-/// own or its piecewise plan) and how: "full graph" (device-driven), "piecewise graph" or
-/// "eager", at the step's capture size.
+/// own or its piecewise plan) and how: a full graph (device-driven), a piecewise graph or
+/// eagerly, at the step's capture size.
 struct Served {
-  std::string plan, how;
+  enum class How { eager, piecewise_graph, full_graph };
+  std::string plan;
+  How how = How::eager;
   int capture_size = 0;
+  /// "eager", "piecewise graph", "full graph" (reports and JSON).
+  static const char* text(How h) {
+    return h == How::full_graph        ? "full graph"
+           : h == How::piecewise_graph ? "piecewise graph"
+                                       : "eager";
+  }
+  const char* how_text() const { return text(how); }
 };
 
 class Stack {
