@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <tuple>
 
 #include "dsv32/gpu/stack.hpp"
@@ -108,14 +109,15 @@ std::string check_request_rows(const Config& cfg, const std::vector<gen::Req>& r
   int prefill = 0, tokens = 0;
   for (const gen::Req& r : reqs) prefill += r.prefill, tokens += r.q;
   const auto run = [&](const std::vector<int>& order, const Corrupt& c) {
-    int mine = 0;  // the variant's own tokens (an empty order: every request)
-    for (std::size_t i = 0; i < (order.empty() ? reqs.size() : order.size()); ++i)
-      mine += reqs[order.empty() ? i : static_cast<std::size_t>(order[i])].q;
+    int mine = 0;  // the variant's own tokens
+    for (int r : order) mine += reqs[static_cast<std::size_t>(r)].q;
     const std::vector<StepInput> steps =
         testing::batch_inputs(cfg, 21, reqs, order, tokens + pad - mine, poison, prefill);
     return stage_rows(steps, eager_run(cfg, w, blocks, steps, c));
   };
-  const StageRows a = run({}, {});
+  std::vector<int> own(reqs.size());
+  std::iota(own.begin(), own.end(), 0);
+  const StageRows a = run(own, {});
   if (std::string e = same_bits(a, run(perm, corrupt)); !e.empty()) return "in another order: " + e;
   if (std::string e = same_bits(a, run({perm[0]}, {})); !e.empty()) return "alone: " + e;
   return "";
@@ -128,9 +130,9 @@ void append_rows(Tensor& a, const Tensor& b) {
 }
 
 /// One request: a prefill of ctx tokens, then q tokens in one verify step padded by `pad`, served
-/// under `plan`; against ctx, then the q tokens one a step (eager). The verify run must pass the
-/// oracle, and the one-at-a-time run's rows (each F layer's sets and the output), read as the
-/// verify step's candidate, must pass the verify step's gates.
+/// under `plan`; against ctx, then the q tokens one a step (eager). Each run must pass the
+/// oracle, and the one-at-a-time run's rows (every stage), read as the verify step's candidate,
+/// must pass the verify step's gates.
 std::string check_verify(const Config& cfg, int ctx, int q, int pad, const std::string& plan,
                          const Corrupt& corrupt = {}) {
   const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 22));
@@ -220,7 +222,7 @@ TEST(GpuRequestPropertyCanFail, EachCheckRejectsACorruptedRun) {
   };
   EXPECT_NE(check_request_rows(cfg, {{12, 1}, {3, 4}, {0, 6}}, {2, 0, 1}, 5, Poison::nan, flip),
             "");
-  // A verify row map off by one: each decode step's output shifted to the next row.
+  // A wrong verify row map: the first two decoded tokens' outputs swapped.
   const Corrupt shift = [](std::vector<StepTrace>& t) {
     std::swap(t[1].output.data, t[2].output.data);
   };

@@ -6,6 +6,8 @@
 // `dsv32 diff OUT.h5 GOLDEN.h5` reads.
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -100,7 +102,9 @@ int run(const GpuOptions& o) {
              counts["steps_full"], counts["steps_piecewise"], counts["steps_eager"], by_step);
   nlohmann::json paths = nlohmann::json::object();
   for (const auto& [path, n] : group.kernel_paths()) {
-    const bool rows = path.rfind("top-k rows:", 0) == 0;
+    const bool rows =
+        std::find(std::begin(gpu::kTopkRowPathNames), std::end(gpu::kTopkRowPathNames), path) !=
+        std::end(gpu::kTopkRowPathNames);
     fmt::print("  kernel path: {} ({} {})\n", path, n, rows ? "rows" : "layer-steps");
     paths[path] = n;
     if (path == gpu::kTopkCrowdedBinPath) counts["crowded_bin_rows"] = n;

@@ -14,13 +14,10 @@ namespace dsv32::gpu::k {
 /// row of K + 1 keys for a short one, 0 .. K - 1 (topk-edge).
 enum class TopkFault { none, bin_overflow, edge };
 
-/// The path each row took, counted on the device (Stack::kernel_paths): all of 0..p; the short
-/// path's bins; the general select's threshold bin ranked; a crowded threshold bin (more than
-/// 128 keys) resolved by radix passes within it; radix passes over the whole row (no bins, a
-/// non-finite score, one value).
+/// The path each row took, counted on the device (Stack::kernel_paths); what each means and its
+/// name: gpu::kTopkRowPathNames (dsv32/gpu/stack.hpp), in this order.
 enum TopkRowPath { kTopkWithinK, kTopkShortBins, kTopkBinRanked, kTopkCrowdedBin, kTopkRadixRow };
 constexpr int kTopkRowPaths = 5;
-/// Their names: gpu::kTopkRowPathNames (dsv32/gpu/stack.hpp), in this order.
 
 /// `path_counts` (kTopkRowPaths ints, or null): each row adds 1 to its path's count.
 void launch_topk_select(const Launch& go, bool bins, const Dims& d, const Meta& m,
