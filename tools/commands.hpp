@@ -137,5 +137,6 @@ void add_bench_gpu(CLI::App& app, int& exit_code);
 void add_bisect(CLI::App& app, int& exit_code);
 void add_resource_spec(CLI::App& app, int& exit_code);
 void add_judge(CLI::App& app, int& exit_code);
+void add_validate(CLI::App& app, int& exit_code);
 
 }  // namespace dsv32::tools

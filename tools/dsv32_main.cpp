@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   dsv32::tools::add_golden(app, exit_code);
   dsv32::tools::add_diff(app, exit_code);
   dsv32::tools::add_judge(app, exit_code);
+  dsv32::tools::add_validate(app, exit_code);
   dsv32::tools::add_gpu(app, exit_code);
   dsv32::tools::add_bisect(app, exit_code);
   dsv32::tools::add_resource_spec(app, exit_code);

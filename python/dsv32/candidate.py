@@ -1,11 +1,14 @@
 """Writing a candidate file (docs/CANDIDATE.md): a golden's layout, the tensors only."""
-import os
-import tempfile
+import io
+import re
 
 import h5py
 import numpy as np
 
+from . import _files
+
 _INT32 = np.iinfo(np.int32)
+_NAME = re.compile(r"output|layer(0|[1-9][0-9]{0,5})/[A-Za-z][A-Za-z0-9_]{0,63}")
 
 
 def _array(x, where):
@@ -18,7 +21,14 @@ def _array(x, where):
         if t.is_floating_point() and t.element_size() < 4:
             t = t.float()  # bf16 and f16 -> f32 is exact; numpy has no bf16
         return t.numpy()
-    return np.asarray(x)
+    try:
+        a = np.asarray(x)
+    except ValueError as e:  # ragged nested lists
+        raise ValueError(f"{where}: not an array ({e})") from None
+    if a.ndim == 0 or a.shape[0] == 0:
+        raise ValueError(f"{where}: shape {a.shape}; a stage is rows [0, T_a) of the step, "
+                         "at least one")
+    return a
 
 
 def _stored(a, where):
@@ -39,33 +49,59 @@ def _stored(a, where):
     raise ValueError(f"{where}: a {what} array; stages are real numbers (topk integers)")
 
 
-def write_candidate(path, steps):
+def _checked_steps(steps):
+    """`steps` as a list of {name: array}, every name and value checked, before anything is
+    written."""
+    if isinstance(steps, (str, bytes, dict)) or not hasattr(steps, "__iter__"):
+        raise ValueError(f"write_candidate: steps is a {type(steps).__name__}; give a list of "
+                         "steps, step 0 first, each a dict 'layer{l}/{stage}' or 'output' -> "
+                         "array")
+    out = []
+    for s, tensors in enumerate(steps):
+        if not isinstance(tensors, dict):
+            raise ValueError(f"step {s}: a {type(tensors).__name__}; a step is a dict "
+                             "'layer{l}/{stage}' or 'output' -> array")
+        if "output" not in tensors:
+            raise ValueError(f"step {s}: a candidate must provide 'output'")
+        arrays = {}
+        for name, value in tensors.items():
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise ValueError(f"step {s}: {name!r} is no stage name ('output', or "
+                                 "'layer{l}/{stage}' such as 'layer0/q_c')")
+            where = f"step {s} {name}"
+            arrays[name] = _stored(_array(value, where), where)
+        out.append(arrays)
+    if not out:
+        raise ValueError("write_candidate: no steps (a candidate has step 0 at least)")
+    return out
+
+
+def _image(steps):
+    """The candidate file's bytes, built in memory: libhdf5 never writes to the disk, so a
+    failed write is our own error and nothing is left for its exit-time flush (which ended
+    in SIGSEGV after a write to a full disk had failed)."""
+    buf = io.BytesIO()
+    with h5py.File(buf, "w", userblock_size=_files.USERBLOCK) as f:
+        f.attrs["schema"] = "dsv32-candidate"
+        for s, arrays in enumerate(steps):
+            g = f.require_group(f"steps/step{s}/expected")
+            for name, (a, dtype) in arrays.items():
+                d = g.create_dataset(name, data=a, track_times=False)
+                d.attrs["dtype"] = dtype
+    image = bytearray(buf.getbuffer())
+    image[:len(_files.CANDIDATE_MARK)] = _files.CANDIDATE_MARK
+    return image
+
+
+def write_candidate(path, steps, inputs=()):
     """Writes `steps` (a list, step 0 first; each a dict "layer{l}/{stage}" or "output" ->
     array of rows [0, T_a)) to `path` as /steps/step{s}/expected/...: float arrays as float64
     or float32, integer arrays (topk) as int32 (each value checked to fit). Any subset of the
-    stages; "output" is required. Written to a temporary file of its own beside `path` and
-    renamed when complete: on any error nothing is left, and `path` is as it was."""
-    steps = list(steps)
-    for s, tensors in enumerate(steps):
-        if "output" not in tensors:
-            raise ValueError(f"step {s}: a candidate must provide 'output'")
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".",
-                               suffix=".tmp")
-    os.close(fd)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would carry over to the candidate
-        with h5py.File(tmp, "w") as f:
-            f.attrs["schema"] = "dsv32-candidate"
-            for s, tensors in enumerate(steps):
-                g = f.require_group(f"steps/step{s}/expected")
-                for name, value in tensors.items():
-                    where = f"step {s} {name}"
-                    a, dtype = _stored(_array(value, where), where)
-                    d = g.create_dataset(name, data=a, track_times=False)
-                    d.attrs["dtype"] = dtype
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    stages; "output" is required.
+
+    Whole or not at all: the file is built in memory, written to a temporary file of its own
+    beside `path` and renamed when complete; on any error (a full disk included) or SIGTERM
+    nothing is left and `path` is as it was. `path` may replace only a candidate this package
+    wrote (or an empty file), never a golden, nor any of `inputs`; its folder must exist."""
+    path = _files.check_output(path, "write_candidate", inputs)
+    _files.write_whole(path, _image(_checked_steps(steps)))

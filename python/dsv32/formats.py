@@ -26,17 +26,43 @@ def e4m3_values(codes):
 
 
 def decode(dataset):
-    """A dataset's values as float64 (int32 for int32), by its `dtype` attribute."""
+    """A dataset's values as float64 (int32 for int32), by its `dtype` attribute, stored as
+    GOLDEN.md and the tool's reader have it: bfloat16 as uint16 bits, float8_e4m3fn as uint8
+    codes, int32 as any integer type (each value in range), float32 and float64 as any float
+    type (float32 values exactly float32). Anything else is a ValueError naming the value:
+    numpy's casts would wrap 2^32+1 to 1 and truncate 1.5 to 1."""
     dtype = dataset.attrs["dtype"]
+    if isinstance(dtype, np.ndarray) and dtype.shape == ():
+        dtype = dtype[()]
     if isinstance(dtype, bytes):
-        dtype = dtype.decode()
+        dtype = dtype.decode(errors="replace")
+    if not isinstance(dtype, str):
+        raise ValueError(f"its dtype attribute is {dtype!r}, not a string")
+    stored = dataset.dtype
+    want = {"bfloat16": np.dtype(np.uint16), "float8_e4m3fn": np.dtype(np.uint8)}.get(dtype)
+    kind = {"int32": "iu", "float32": "f", "float64": "f"}.get(dtype)
+    if want is None and kind is None:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    if (want is not None and stored.newbyteorder("=") != want) or \
+            (kind is not None and stored.kind not in kind):
+        raise ValueError(f"stored as {stored}, which does not hold dtype {dtype}")
     raw = dataset[()]
     if dtype == "bfloat16":
         return bf16_values(raw).astype(np.float64)
     if dtype == "float8_e4m3fn":
         return e4m3_values(raw)
     if dtype == "int32":
-        return np.asarray(raw, dtype=np.int64).astype(np.int32)
-    if dtype in ("float32", "float64"):
-        return np.asarray(raw, dtype=np.float64)
-    raise ValueError(f"{dataset.name}: unknown dtype {dtype!r}")
+        a = np.asarray(raw)
+        if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
+            i = np.unravel_index(int(np.flatnonzero((a < np.iinfo(np.int32).min) |
+                                                    (a > np.iinfo(np.int32).max))[0]), a.shape)
+            raise ValueError(f"int32 value {int(a[i])} out of range at {tuple(map(int, i))}")
+        return a.astype(np.int32)
+    a = np.asarray(raw, dtype=np.float64)
+    if dtype == "float32":
+        off = ~np.isnan(a) & (a.astype(np.float32).astype(np.float64) != a)
+        if off.any():
+            i = np.unravel_index(int(np.flatnonzero(off)[0]), a.shape)
+            raise ValueError(f"dtype float32, but the value {a[i]!r} at {tuple(map(int, i))} is "
+                             "not a float32")
+    return a

@@ -1,7 +1,10 @@
-"""Reading a golden file (GOLDEN.md) into numpy arrays, as strictly as `dsv32` reads one: only a
-regular file is opened (a FIFO would block), steps are exactly step0..step{n-1}, every dataset's
-size is bounded before it is read, the config is strict JSON, and a NaN or an Inf in a golden's
-tensors is refused, naming the dataset (docs/BAD_INPUT.md)."""
+"""Reading a golden file (GOLDEN.md) into numpy arrays, by the `dsv32` tool's rules: the tool's
+own reader (`dsv32 validate`) takes the file first, so the package refuses exactly what the tool
+refuses (shapes against the config, the config's bounds, step metadata against the block
+tables, ...); then h5py reads it, itself bounded: only a regular file is opened (a FIFO would
+block), steps are exactly step0..step{n-1}, every dataset's size is bounded before it is read,
+every value is checked against its stored type, the config is strict JSON, and a NaN or an Inf
+in a golden's tensors is refused, naming the dataset (docs/BAD_INPUT.md)."""
 import json
 import math
 import os
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
+from . import _tool
 from .formats import decode
 
 
@@ -127,7 +131,7 @@ class _Reader:
 def _steps(f, path):
     """The step groups, exactly step0..step{n-1}: a gap or a stray member is named."""
     if "steps" not in f:
-        return []
+        raise GoldenFileError(f"{path}:/steps: missing group (a golden has step0 at least)")
     names = list(f["steps"].keys())
     numbers = []
     for n in names:
@@ -140,6 +144,8 @@ def _steps(f, path):
         if want != got:
             raise GoldenFileError(f"{path}:/steps/step{want}: missing group (step{got} exists; "
                                   "steps run in order)")
+    if not numbers:
+        raise GoldenFileError(f"{path}:/steps/step0: missing group (no steps)")
     return [f[f"steps/step{s}"] for s in numbers]
 
 
@@ -152,9 +158,31 @@ def _capture_size(g, path):
     return int(v)
 
 
-def read_golden(path, max_bytes=MAX_BYTES):
-    """Every tensor of a golden file, decoded (bf16 and e4m3 to their values)."""
+def validate(path, max_bytes=MAX_BYTES, tool=None):
+    """Raises GoldenFileError, with the tool's own message, unless `dsv32 validate` takes
+    `path` as a golden file. ToolNotFound where no tool is found."""
+    gib = f"{max(max_bytes, 1) / 2**30:.9g}"
+    rc, out, err = _tool.run(["validate", os.fsdecode(os.fspath(path)), "--max-gib", gib], tool)
+    if rc != 0:
+        raise GoldenFileError(_tool.message(rc, out, err))
+
+
+def read_golden(path, max_bytes=MAX_BYTES, tool=None, validate_with_tool=True):
+    """Every tensor of a golden file, decoded (bf16 and e4m3 to their values). The file is
+    first read by the `dsv32` tool (`tool`, else found as `dsv32.judge` finds it), whose
+    refusal is a GoldenFileError; `validate_with_tool=False` skips that (the package's own
+    checks still hold, the tool's cross-checks do not)."""
+    try:
+        path = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise GoldenFileError(f"read_golden: a path is a str or an os.PathLike, not "
+                              f"{type(path).__name__}") from None
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, float)) or \
+            not max_bytes > 0:
+        raise ValueError(f"read_golden: max_bytes is {max_bytes!r}, not a positive number")
     require_regular_file(path)
+    if validate_with_tool:
+        validate(path, max_bytes, tool)
     r = _Reader(path, max_bytes)
     try:
         with h5py.File(path, "r") as f:

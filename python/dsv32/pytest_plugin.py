@@ -6,15 +6,21 @@ dsv32.pytest_plugin`): a user's test checks their torch layer in a few lines.
 
     pytest --dsv32-golden fixtures/default.h5 --dsv32-mode all --dsv32-device cuda
 
-Options: `--dsv32-golden PATH` (again for more goldens: the test runs once each), `--dsv32-mode`
-(eager, full, narrow, wide, several comma-separated, or `all`; default eager), `--dsv32-device`
-(default: cuda where torch sees one, else cpu). A capture mode skips, with the reason, where no
-CUDA device is. A failure prints the judge's first failing step, layer and stage, the runner's
+Options: `--dsv32-golden PATH` (again for more goldens: the test runs once each; or the ini
+option `dsv32_golden`, one path a line, relative to the ini file), `--dsv32-mode` (eager, full,
+narrow, wide, several comma-separated, or `all`; default eager), `--dsv32-device` (default:
+cuda where torch sees one, else cpu). A test that asks for a golden when none is given is a
+usage error, not a skip (a run that checked nothing must not pass); a golden that is no regular
+file is refused before any test runs. A capture mode skips, with the reason, where no CUDA
+device is. A failure prints the judge's first failing step, layer and stage, the runner's
 notes and the command that judges the candidate again.
 """
+import os
+
 import pytest
 
 MODES = ("eager", "full", "narrow", "wide")
+_GOLDENS = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser):
@@ -25,14 +31,38 @@ def pytest_addoption(parser):
                 help="eager, full, narrow, wide, comma-separated, or all (default eager)")
     g.addoption("--dsv32-device", default=None, metavar="DEVICE",
                 help="torch device (default: cuda where available, else cpu)")
+    parser.addini("dsv32_golden", "golden files dsv32's fixtures run over (one a line)",
+                  type="paths", default=[])
+
+
+def _golden_paths(config):
+    """--dsv32-golden's paths, else the ini option's; each checked to be a regular file."""
+    paths = [str(p) for p in config.getoption("dsv32_golden") or config.getini("dsv32_golden")]
+    if not paths:
+        return paths
+    from dsv32.golden import GoldenFileError, require_regular_file
+    for p in paths:
+        try:
+            require_regular_file(p)
+        except GoldenFileError as e:
+            raise pytest.UsageError(f"--dsv32-golden {e}") from None
+    return paths
+
+
+def pytest_configure(config):
+    _modes(config)
+    config.stash[_GOLDENS] = _golden_paths(config)
 
 
 def _modes(config):
     text = config.getoption("dsv32_mode")
-    modes = MODES if text == "all" else tuple(m.strip() for m in text.split(",") if m.strip())
+    modes = MODES if text == "all" else tuple(m.strip() for m in text.split(","))
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
-        raise pytest.UsageError(f"--dsv32-mode {text!r}: give {', '.join(MODES)} or all")
+        raise pytest.UsageError(f"--dsv32-mode {text!r}: {bad[0]!r} is no mode; give "
+                                f"{', '.join(MODES)} (comma-separated) or all")
+    if len(set(modes)) != len(modes):
+        raise pytest.UsageError(f"--dsv32-mode {text!r}: a mode given twice")
     return modes
 
 
@@ -40,9 +70,15 @@ def pytest_generate_tests(metafunc):
     if "dsv32_mode" in metafunc.fixturenames:
         metafunc.parametrize("dsv32_mode", _modes(metafunc.config), scope="session")
     if "dsv32_golden_path" in metafunc.fixturenames:
-        paths = metafunc.config.getoption("dsv32_golden")
-        if paths:
-            metafunc.parametrize("dsv32_golden_path", paths, scope="session")
+        paths = metafunc.config.stash[_GOLDENS]
+        if not paths:
+            raise pytest.UsageError(
+                f"{metafunc.definition.nodeid} checks a golden, and none was given: pass "
+                "--dsv32-golden PATH, or set dsv32_golden in the ini file (deselect the test "
+                "to run without it)")
+        ids = [os.path.basename(p) for p in paths]
+        metafunc.parametrize("dsv32_golden_path", paths, ids=ids if len(set(ids)) == len(ids)
+                             else None, scope="session")
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +95,8 @@ def dsv32_device(request):
 
 @pytest.fixture(scope="session")
 def dsv32_golden_path(request):
-    pytest.skip("no golden file: give --dsv32-golden PATH")
+    """A golden's path: parametrized over --dsv32-golden (pytest_generate_tests)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")

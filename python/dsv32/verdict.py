@@ -1,10 +1,11 @@
 """Judging a candidate through `dsv32 judge` and reading its verdict."""
 import json
 import os
-import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
+
+from . import _tool
+from ._tool import ToolNotFound, find_tool  # noqa: F401 (the package's names)
 
 
 class JudgeError(RuntimeError):
@@ -26,47 +27,41 @@ class Verdict:
         return self.passed
 
 
-def _checkout():
-    """The checkout this package comes from: where it lies, or where an installed wheel was
-    built (dsv32/_checkout.py, written by python/_build/backend.py)."""
+def _requirements(require):
+    """`require` as a tuple of strings: one requirement may be given as a string alone."""
+    if isinstance(require, str):
+        return (require,)
     try:
-        from ._checkout import CHECKOUT
-        return CHECKOUT
-    except ImportError:
-        return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def find_tool():
-    """$DSV32_TOOL, `dsv32` on PATH, or the checkout's build/*/tools/dsv32."""
-    if os.environ.get("DSV32_TOOL"):
-        tool = os.environ["DSV32_TOOL"]
-        if not os.access(tool, os.X_OK):
-            raise FileNotFoundError(f"DSV32_TOOL={tool} is not an executable file")
-        return tool
-    if shutil.which("dsv32"):
-        return shutil.which("dsv32")
-    root = _checkout()
-    for preset in ("default", "cpu", "ci", "gpu", "asan"):
-        p = os.path.join(root, "build", preset, "tools", "dsv32")
-        if os.access(p, os.X_OK):
-            return p
-    raise FileNotFoundError(
-        f"no dsv32 tool: not in $DSV32_TOOL, not on PATH, not in {root}/build/*/tools/. Build it "
-        f"(cmake --preset cpu && cmake --build --preset cpu, README) or set DSV32_TOOL to it")
+        items = tuple(require)
+    except TypeError:
+        raise ValueError(f"judge: require is a {type(require).__name__}; give a requirement "
+                         "such as 'pruned>=50%', or a list of them") from None
+    bad = [r for r in items if not isinstance(r, str)]
+    if bad:
+        raise ValueError(f"judge: require holds {bad[0]!r}, not a string such as 'pruned>=50%'")
+    return items
 
 
 def judge(candidate, golden, tool=None, tp=1, require=()):
     """Judges candidate file `candidate` against golden file `golden` (TESTING.md's rules).
-    `require`: coverage requirements ("pruned>=50%", docs/COVERAGE.md); one not met fails the
-    verdict (first_failure's stage "require")."""
-    tool = tool or find_tool()
-    flags = [f for r in require for f in ("--require", r)]
-    with tempfile.TemporaryDirectory() as d:
+    `require`: coverage requirements ("pruned>=50%", or a list of them, docs/COVERAGE.md); one
+    not met fails the verdict (first_failure's stage "require"). A candidate or golden the
+    tool refuses is a JudgeError with the tool's message."""
+    names = []
+    for what, p in (("candidate", candidate), ("golden", golden)):
+        try:
+            names.append(os.fsdecode(os.fspath(p)))
+        except TypeError:
+            raise ValueError(f"judge: {what} is a {type(p).__name__}, not a path") from None
+    if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= 1024:
+        raise ValueError(f"judge: tp is {tp!r}, not an integer in [1, 1024]")
+    flags = [f for r in _requirements(require) for f in ("--require", r)]
+    with tempfile.TemporaryDirectory(prefix="dsv32-judge-") as d:
         report = os.path.join(d, "report.json")
-        p = subprocess.run([tool, "judge", candidate, "--golden", golden, "--json", report,
-                            "--tp", str(tp), *flags], capture_output=True, text=True)
-        if p.returncode not in (0, 1) or not os.path.exists(report):
-            raise JudgeError((p.stderr or p.stdout).strip())
+        rc, out, err = _tool.run(["judge", names[0], "--golden", names[1], "--json", report,
+                                  "--tp", str(tp), *flags], tool)
+        if rc not in (0, 1) or not os.path.exists(report):
+            raise JudgeError(_tool.message(rc, out, err))
         with open(report) as f:
             r = json.load(f)
     # A failure that no finite ratio measures is "inf" in the JSON (JSON has no infinity).
@@ -75,4 +70,4 @@ def judge(candidate, golden, tool=None, tp=1, require=()):
             d["worst_ratio"] = float("inf")
     return Verdict(passed=r["verdict"] == "pass", first_failure=r.get("first_failure"),
                    failures=r["failures"], not_provided=r["not_provided"], stages=r["stages"],
-                   report=r, coverage=r.get("coverage", {}), text=p.stdout)
+                   report=r, coverage=r.get("coverage", {}), text=out)

@@ -234,7 +234,7 @@ def test_pip_installs_the_package_offline(tmp_path):
     r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", os.path.join(ROOT, "python")],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run([py, "-c", "import dsv32, dsv32.torch, dsv32.verdict as v; "
+    r = subprocess.run([py, "-c", "import dsv32, dsv32.torch, dsv32._tool as v; "
                         "print(dsv32.__file__); print(v._checkout())"],
                        capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0 and "site-packages" in r.stdout and ROOT in r.stdout, r.stderr

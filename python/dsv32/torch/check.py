@@ -1,15 +1,17 @@
 """`check(layer, golden, mode)`: a live torch layer driven through a golden's steps and judged
 (docs/TORCH.md)."""
 import os
+import shutil
 import tempfile
 
 import torch
 
+from .. import _files
 from ..candidate import write_candidate
 from ..golden import Golden, read_golden
 from ..verdict import judge
 from .batch import Inputs
-from .capture import Runner
+from .capture import MODES, Runner
 
 # The config keys a layer's own `config` (a dict, when it has one) must agree on with a golden.
 SHAPE_KEYS = ("hidden_size", "num_heads", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
@@ -44,10 +46,30 @@ def _check_config(layer, golden):
                              f"{os.path.basename(golden.path)} has {golden.config.get(k)!r}")
 
 
+def _check_arguments(layer, golden, mode, device, dtype):
+    """Refuses, naming the argument, what no run can be made of (before any work)."""
+    if not isinstance(golden, Golden):
+        raise TypeError(f"golden is a {type(golden).__name__}; give a dsv32.Golden "
+                        "(dsv32.read_golden) or, to check(), a golden file's path")
+    if not callable(layer):
+        raise TypeError(f"layer is a {type(layer).__name__}, not callable: give a module or "
+                        "function called as layer(batch) -> output")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device {device!r} is no torch device ({e})") from None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype {dtype!r}: the hidden states' dtype is a floating torch dtype "
+                         "(torch.float64, the default; torch.float32; torch.bfloat16)")
+
+
 def run_steps(layer, golden, mode="eager", device="cpu", dtype=torch.float64, steps=None):
     """The candidate steps (name -> numpy array) of `layer` over the golden's steps, and the
     runner (its `notes`)."""
-    runner = Runner(mode, device)  # refuses an unknown mode, or capture without CUDA
+    _check_arguments(layer, golden, mode, device, dtype)
+    runner = Runner(mode, device)  # refuses capture without CUDA
     _check_config(layer, golden)
     inputs = Inputs(golden, device, dtype)
     D = golden.config["hidden_size"]
@@ -77,19 +99,34 @@ def run_steps(layer, golden, mode="eager", device="cpu", dtype=torch.float64, st
 
 def check(layer, golden, mode="eager", device="cpu", dtype=torch.float64, out=None):
     """Runs `layer(batch) -> output` over every step of `golden` (a path or a Golden) in
-    `mode`, writes the candidate (`out`, default a temporary file) and judges it. Returns the
-    Verdict; `verdict.notes` holds the runner's notes, `verdict.candidate` the file and
-    `verdict.command` the command that judges it again."""
+    `mode`, writes the candidate and judges it. Returns the Verdict; `verdict.notes` holds the
+    runner's notes, `verdict.candidate` the candidate file and `verdict.command` the command
+    that judges it again. `out`: where the candidate goes (checked before any work: its folder
+    exists, it is not the golden, it replaces no file but a candidate); by default a temporary
+    folder of its own, removed when the verdict passes and kept, for `verdict.command`, when
+    it fails."""
     g = golden if isinstance(golden, Golden) else read_golden(golden)
+    _check_arguments(layer, g, mode, device, dtype)
+    if out is not None:
+        out = _files.check_output(out, "check(out=...)", (g.path,))
     steps, runner = run_steps(layer, g, mode, device, dtype)
+    folder = None
     if out is None:
-        fd, out = tempfile.mkstemp(prefix=f"dsv32-{mode}-", suffix=".h5")
-        os.close(fd)
-    write_candidate(out, steps)
-    verdict = judge(out, g.path)
+        folder = tempfile.mkdtemp(prefix=f"dsv32-{mode}-")
+        out = os.path.join(folder, "candidate.h5")
+    try:
+        write_candidate(out, steps, (g.path,))
+        verdict = judge(out, g.path)
+    except BaseException:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if folder and verdict.passed:
+        shutil.rmtree(folder, ignore_errors=True)
+        out = None
     verdict.notes = list(runner.notes)
     verdict.candidate = out
-    verdict.command = f"dsv32 judge {out} --golden {g.path}"
+    verdict.command = f"dsv32 judge {out} --golden {g.path}" if out else ""
     return verdict
 
 
