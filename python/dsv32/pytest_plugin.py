@@ -72,13 +72,21 @@ def pytest_generate_tests(metafunc):
     if "dsv32_golden_path" in metafunc.fixturenames:
         paths = metafunc.config.stash[_GOLDENS]
         if not paths:
-            raise pytest.UsageError(
-                f"{metafunc.definition.nodeid} checks a golden, and none was given: pass "
-                "--dsv32-golden PATH, or set dsv32_golden in the ini file (deselect the test "
-                "to run without it)")
+            return  # pytest_collection_modifyitems says so, as a usage error
         ids = [os.path.basename(p) for p in paths]
         metafunc.parametrize("dsv32_golden_path", paths, ids=ids if len(set(ids)) == len(ids)
                              else None, scope="session")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.stash[_GOLDENS]:
+        return
+    needs = [i.nodeid for i in items if "dsv32_golden_path" in getattr(i, "fixturenames", ())]
+    if needs:
+        raise pytest.UsageError(
+            f"{needs[0]}{f' (and {len(needs) - 1} more)' if len(needs) > 1 else ''} checks a golden, and none was given: pass "
+            "--dsv32-golden PATH, or set dsv32_golden in the ini file (deselect those tests to "
+            "run without one)")
 
 
 @pytest.fixture(scope="session")

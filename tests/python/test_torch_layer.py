@@ -240,3 +240,8 @@ def test_pip_installs_the_package_offline(tmp_path):
     assert r.returncode == 0 and "site-packages" in r.stdout and ROOT in r.stdout, r.stderr
     r = subprocess.run([py, "-m", "pytest", "--help"], capture_output=True, text=True, env=env)
     assert "--dsv32-golden" in r.stdout
+    # -p dsv32.pytest_plugin with the package installed is the same plugin, not a second one
+    # (pytest once aborted: "Plugin already registered under a different name").
+    r = subprocess.run([py, "-m", "pytest", "-p", "dsv32.pytest_plugin", "--help"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "--dsv32-golden" in r.stdout, r.stderr[-2000:]

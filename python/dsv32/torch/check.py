@@ -57,9 +57,15 @@ def _check_arguments(layer, golden, mode, device, dtype):
     if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     try:
-        torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device {device!r} is no torch device ({e})") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= n:
+            raise ValueError(f"device {device!r}: this process sees {n} CUDA devices")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {device!r}: dsv32.torch runs on cpu or cuda")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype {dtype!r}: the hidden states' dtype is a floating torch dtype "
                          "(torch.float64, the default; torch.float32; torch.bfloat16)")
