@@ -18,7 +18,9 @@ except ImportError as e:  # not a declared dependency (pyproject.toml says why)
 from .formats import bf16_bits, bf16_values, e4m3_values
 from .golden import Golden, GoldenFileError, Step, read_golden
 from .candidate import write_candidate
+from ._files import OutputError
+from ._tool import ToolError, ToolNotFound
 from .verdict import JudgeError, Verdict, judge
 
 __all__ = ["Golden", "GoldenFileError", "Step", "read_golden", "write_candidate", "judge",
-           "Verdict", "JudgeError", "bf16_bits", "bf16_values", "e4m3_values"]
+           "Verdict", "JudgeError", "OutputError", "ToolError", "ToolNotFound", "bf16_bits", "bf16_values", "e4m3_values"]

@@ -10,6 +10,16 @@ class ToolNotFound(FileNotFoundError):
     """No `dsv32` tool to run: the message says where it was looked for and how to get one."""
 
 
+class ToolError(RuntimeError):
+    """The `dsv32` tool failed in a way no input explains (a crash, an unknown exit code, a
+    report it did not write): the message names the tool and what it said."""
+
+
+def path_arg(path):
+    """A path as an argument the tool cannot take for an option ("-x.h5" -> "./-x.h5")."""
+    return os.path.join(".", path) if path.startswith("-") else path
+
+
 def _checkout():
     """The checkout this package comes from: where it lies, or where an installed wheel was
     built (dsv32/_checkout.py, written by python/_build/backend.py)."""
@@ -43,8 +53,12 @@ def find_tool(tool=None):
 def run(args, tool=None):
     """(exit code, stdout, stderr) of `dsv32 ARGS`. A run that ends by a signal says so in
     the exit code's place as a negative number, as subprocess does."""
-    p = subprocess.run([find_tool(tool), *args], capture_output=True, text=True,
-                       errors="replace", stdin=subprocess.DEVNULL)
+    exe = find_tool(tool)
+    try:
+        p = subprocess.run([exe, *args], capture_output=True, text=True, errors="replace",
+                           stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise ToolError(f"{exe}: cannot run the dsv32 tool: {e.strerror}") from None
     return p.returncode, p.stdout, p.stderr
 
 
@@ -62,3 +76,8 @@ def message(rc, out, err):
             name = f"signal {-rc}"
         return f"the dsv32 tool was killed by {name}" + (f": {text}" if text else "")
     return text or f"the dsv32 tool exited {rc} and said nothing"
+
+
+def failed(rc, out, err, doing):
+    """The ToolError of a run that ended neither 0 nor as bad input (exit 2)."""
+    return ToolError(f"the dsv32 tool failed {doing} (exit {rc}): {message(rc, out, err)}")

@@ -81,16 +81,21 @@ def _image(steps):
     failed write is our own error and nothing is left for its exit-time flush (which ended
     in SIGSEGV after a write to a full disk had failed)."""
     buf = io.BytesIO()
-    with h5py.File(buf, "w", userblock_size=_files.USERBLOCK) as f:
-        f.attrs["schema"] = "dsv32-candidate"
-        for s, arrays in enumerate(steps):
-            g = f.require_group(f"steps/step{s}/expected")
-            for name, (a, dtype) in arrays.items():
-                d = g.create_dataset(name, data=a, track_times=False)
-                d.attrs["dtype"] = dtype
-    image = bytearray(buf.getbuffer())
-    image[:len(_files.CANDIDATE_MARK)] = _files.CANDIDATE_MARK
-    return image
+    try:
+        with h5py.File(buf, "w", userblock_size=_files.USERBLOCK) as f:
+            f.attrs["schema"] = "dsv32-candidate"
+            for s, arrays in enumerate(steps):
+                g = f.require_group(f"steps/step{s}/expected")
+                for name, (a, dtype) in arrays.items():
+                    d = g.create_dataset(name, data=a, track_times=False)
+                    d.attrs["dtype"] = dtype
+    except MemoryError:
+        size = sum(a.nbytes for arrays in steps for a, _ in arrays.values())
+        raise MemoryError(f"write_candidate: out of memory building the file ({size} bytes of "
+                          "tensors, held twice while it is built)") from None
+    buf.seek(0)
+    buf.write(_files.CANDIDATE_MARK)  # into the user block, which HDF5 leaves as zeros
+    return buf.getbuffer()
 
 
 def write_candidate(path, steps, inputs=()):

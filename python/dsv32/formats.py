@@ -2,9 +2,23 @@
 import numpy as np
 
 
+def _codes(x, dtype, what):
+    """x as an array of `dtype` codes, each an integer in its range (a ValueError otherwise:
+    numpy's cast would wrap 300 to 44 and truncate 1.7 to 1)."""
+    a = np.asarray(x)
+    info = np.iinfo(dtype)
+    if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.all(a == np.floor(a))):
+        raise ValueError(f"{what} takes integer codes, not {a.dtype} values")
+    if a.size and (a.min() < info.min or a.max() > info.max):
+        raise ValueError(f"{what} takes codes in [{info.min}, {info.max}]; "
+                         f"{a.min() if a.min() < info.min else a.max()} is not one")
+    return a.astype(dtype)
+
+
 def bf16_values(bits):
     """float32 values of bfloat16 bit patterns (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    a = _codes(bits, np.uint16, "bf16_values")
+    return (np.atleast_1d(a).astype(np.uint32) << 16).view(np.float32).reshape(a.shape)
 
 
 def bf16_bits(values):
@@ -17,7 +31,7 @@ def bf16_bits(values):
 
 def e4m3_values(codes):
     """float64 values of float8_e4m3fn codes (0x7F and 0xFF are NaN)."""
-    u = np.asarray(codes, dtype=np.uint8)
+    u = _codes(codes, np.uint8, "e4m3_values")
     e = ((u >> 3) & 0xF).astype(np.int64)
     m = (u & 7).astype(np.float64)
     mag = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * np.exp2(e - 7))

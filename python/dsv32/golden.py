@@ -170,9 +170,17 @@ def validate(path, max_bytes=MAX_BYTES, tool=None):
     """Raises GoldenFileError, with the tool's own message, unless `dsv32 validate` takes
     `path` as a golden file. ToolNotFound where no tool is found."""
     gib = f"{max(max_bytes, 1) / 2**30:.9g}"
-    rc, out, err = _tool.run(["validate", os.fsdecode(os.fspath(path)), "--max-gib", gib], tool)
-    if rc != 0:
+    path = os.fsdecode(os.fspath(path))
+    try:
+        rc, out, err = _tool.run(["validate", "--max-gib", gib, "--", _tool.path_arg(path)],
+                                 tool)
+    except _tool.ToolNotFound as e:
+        raise _tool.ToolNotFound(f"{e}; or read without the tool's checks: "
+                                 "read_golden(path, validate_with_tool=False)") from None
+    if rc == 2:
         raise GoldenFileError(_tool.message(rc, out, err))
+    if rc != 0 or "a golden file" not in out:
+        raise _tool.failed(rc, out, err, f"validating {path}")
 
 
 def read_golden(path, max_bytes=MAX_BYTES, tool=None, validate_with_tool=True):
@@ -186,15 +194,25 @@ def read_golden(path, max_bytes=MAX_BYTES, tool=None, validate_with_tool=True):
         raise GoldenFileError(f"read_golden: a path is a str or an os.PathLike, not "
                               f"{type(path).__name__}") from None
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, (int, float)) or \
-            not max_bytes > 0:
-        raise ValueError(f"read_golden: max_bytes is {max_bytes!r}, not a positive number")
+            not 0 < max_bytes <= 2**50:
+        raise ValueError(f"read_golden: max_bytes is {max_bytes!r}, not a number of bytes in "
+                         "(0, 2^50]")
     require_regular_file(path)
     if validate_with_tool:
         validate(path, max_bytes, tool)
     r = _Reader(path, max_bytes, skip_unread=validate_with_tool)
     try:
         with h5py.File(path, "r") as f:
-            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+            attrs = {}
+            for k in f.attrs:
+                try:
+                    v = f.attrs[k]
+                    attrs[k] = v.decode() if isinstance(v, bytes) else v
+                except (UnicodeDecodeError, OSError, TypeError, ValueError) as e:
+                    if isinstance(e, GoldenFileError):
+                        raise
+                    raise GoldenFileError(f"{path}: attribute {k!r} cannot be read: "
+                                          f"{type(e).__name__}: {e}") from None
             if not isinstance(attrs.get("config"), str):
                 raise GoldenFileError(f"{path}: no config attribute (a JSON string)")
             config = _strict_json(attrs["config"], f"{path}: config")

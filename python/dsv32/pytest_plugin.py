@@ -49,8 +49,29 @@ def _golden_paths(config):
     return paths
 
 
+def _check_device(config):
+    """--dsv32-device, when given, is a device torch has here (a usage error otherwise, not a
+    failure inside every test's layer)."""
+    d = config.getoption("dsv32_device")
+    if d is None:
+        return
+    try:
+        import torch
+    except ImportError:
+        return  # dsv32_check skips, saying torch is missing
+    try:
+        dev = torch.device(d)
+    except (RuntimeError, TypeError) as e:
+        raise pytest.UsageError(f"--dsv32-device {d!r} is no torch device ({e})") from None
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if dev.type not in ("cpu", "cuda") or (dev.type == "cuda" and (dev.index or 0) >= n):
+        raise pytest.UsageError(f"--dsv32-device {d!r}: not here (cpu, or one of {n} CUDA "
+                                "devices)")
+
+
 def pytest_configure(config):
     _modes(config)
+    _check_device(config)
     config.stash[_GOLDENS] = _golden_paths(config)
 
 

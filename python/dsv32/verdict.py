@@ -5,7 +5,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from . import _tool
-from ._tool import ToolNotFound, find_tool  # noqa: F401 (the package's names)
+from ._tool import ToolError, ToolNotFound, find_tool  # noqa: F401 (the package's names)
 
 
 class JudgeError(RuntimeError):
@@ -58,16 +58,26 @@ def judge(candidate, golden, tool=None, tp=1, require=()):
     flags = [f for r in _requirements(require) for f in ("--require", r)]
     with tempfile.TemporaryDirectory(prefix="dsv32-judge-") as d:
         report = os.path.join(d, "report.json")
-        rc, out, err = _tool.run(["judge", names[0], "--golden", names[1], "--json", report,
-                                  "--tp", str(tp), *flags], tool)
-        if rc not in (0, 1) or not os.path.exists(report):
+        rc, out, err = _tool.run(["judge", "--golden", _tool.path_arg(names[1]), "--json",
+                                  report, "--tp", str(tp), *flags, "--",
+                                  _tool.path_arg(names[0])], tool)
+        if rc == 2:
             raise JudgeError(_tool.message(rc, out, err))
-        with open(report) as f:
-            r = json.load(f)
+        if rc not in (0, 1) or not os.path.exists(report):
+            raise _tool.failed(rc, out, err, f"judging {names[0]}")
+        try:
+            with open(report) as f:
+                r = json.load(f)
+            passed = r["verdict"] == "pass"
+            stages, failures, not_provided = r["stages"], r["failures"], r["not_provided"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise _tool.ToolError(f"the dsv32 tool's report on {names[0]} is not what this "
+                                  f"package reads ({type(e).__name__}: {e}): is the tool of "
+                                  "another version?") from None
     # A failure that no finite ratio measures is "inf" in the JSON (JSON has no infinity).
-    for d in [r] + r["stages"]:
+    for d in [r] + list(stages):
         if d.get("worst_ratio") == "inf":
             d["worst_ratio"] = float("inf")
-    return Verdict(passed=r["verdict"] == "pass", first_failure=r.get("first_failure"),
-                   failures=r["failures"], not_provided=r["not_provided"], stages=r["stages"],
+    return Verdict(passed=passed, first_failure=r.get("first_failure"),
+                   failures=failures, not_provided=not_provided, stages=stages,
                    report=r, coverage=r.get("coverage", {}), text=out)

@@ -309,3 +309,83 @@ def test_the_plugin_takes_goldens_from_the_ini_file(tmp_path):
     (tmp_path / "pytest.ini").write_text(f"[pytest]\ndsv32_golden = {SMALL}\n")
     rc, out = run_plugin(tmp_path)
     assert rc == 0 and "1 passed" in out, out[-2000:]
+
+
+def fake_tool(tmp_path, script):
+    path = tmp_path / "fake-dsv32"
+    path.write_text("#!/bin/sh\n" + script + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_broken_tool_is_named_not_blamed_on_the_golden(tmp_path):
+    with pytest.raises(dsv32.ToolError, match="exit 1"):
+        dsv32.read_golden(SMALL, tool=fake_tool(tmp_path, "exit 1"))
+    with pytest.raises(dsv32.ToolError, match="exit 0"):  # says nothing of the file: no pass
+        dsv32.read_golden(SMALL, tool=fake_tool(tmp_path, "exit 0"))
+
+
+def test_a_report_the_package_cannot_read_is_named(tmp_path, small):
+    cand = str(tmp_path / "c.h5")
+    dsv32.write_candidate(cand, perfect(small))
+    # Writes '{}' as the report (the path after --json) and exits 0.
+    tool = fake_tool(tmp_path, 'while [ "$1" != --json ]; do shift; done; echo "{}" > "$2"')
+    with pytest.raises(dsv32.ToolError, match="not what this package reads"):
+        dsv32.judge(cand, SMALL, tool=tool)
+
+
+def test_paths_that_look_like_options_are_paths(tmp_path, small, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(SMALL, "--help")
+    assert dsv32.read_golden("--help").steps
+    dsv32.write_candidate("-c.h5", perfect(small))
+    assert dsv32.judge("-c.h5", "--help").passed
+
+
+def test_an_unreadable_attribute_is_named(tmp_path):
+    path = edited(tmp_path, "attr", lambda f: f.attrs.create(
+        "generator", b"\xff\xfe", dtype=h5py.string_dtype("utf-8", 2)))
+    for validate in (True, False):
+        with pytest.raises(dsv32.GoldenFileError, match="generator"):
+            dsv32.read_golden(path, validate_with_tool=validate)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: dsv32.read_golden(SMALL, max_bytes=float("inf")), "max_bytes"),
+    (lambda: dsv32.bf16_values(70000), "bf16_values"),
+    (lambda: dsv32.e4m3_values(300), "e4m3_values"),
+    (lambda: dsv32.e4m3_values(1.7), "e4m3_values"),
+    (lambda: dsv32.judge(SMALL, SMALL, require=[3]), "require"),
+    (lambda: dsv32.judge(SMALL, SMALL, tp=0), "tp"),
+    (lambda: dsv32.write_candidate(3, [{"output": np.ones(1)}]), "a path"),
+    (lambda: dsv32.write_candidate("x.h5", {"output": np.ones(1)}), "list of steps"),
+    (lambda: dsv32.write_candidate("x.h5", [{"../x": np.ones(1), "output": np.ones(1)}]),
+     "no stage name"),
+    (lambda: dsv32.write_candidate("x.h5", [{"output": np.float64(1)}]), "shape"),
+])
+def test_a_bad_argument_is_named(tmp_path, monkeypatch, call, words):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=words):
+        call()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("steps", [[99], [-1], "01", [1], [0, 0], [True]])
+def test_run_steps_runs_a_goldens_first_steps_in_order(small, steps):
+    pytest.importorskip("torch", reason="dsv32.torch needs torch")
+    import dsv32.torch as dt
+    layer = Replay(small)
+    with pytest.raises(ValueError, match="first steps in order"):
+        dt.run_steps(layer, small, steps=steps)
+    assert layer.calls == 0
+
+
+def test_failure_text_of_a_passing_verdict_says_pass(small, torch_check):
+    check, _ = torch_check
+    import dsv32.torch as dt
+    assert dt.failure_text(check(Replay(small), small)).startswith("dsv32: pass")
+
+
+def test_the_plugin_refuses_a_device_that_is_not_here(tmp_path):
+    rc, out = run_plugin(tmp_path, "--dsv32-golden", SMALL, "--dsv32-device", "bogus")
+    assert rc == 4 and "--dsv32-device 'bogus'" in out, out[-2000:]

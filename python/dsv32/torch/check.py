@@ -9,7 +9,7 @@ import torch
 from .. import _files
 from ..candidate import write_candidate
 from ..golden import Golden, read_golden
-from ..verdict import judge
+from ..verdict import JudgeError, judge
 from .batch import Inputs
 from .capture import MODES, Runner
 
@@ -75,6 +75,12 @@ def run_steps(layer, golden, mode="eager", device="cpu", dtype=torch.float64, st
     """The candidate steps (name -> numpy array) of `layer` over the golden's steps, and the
     runner (its `notes`)."""
     _check_arguments(layer, golden, mode, device, dtype)
+    n = len(golden.steps)
+    if steps is not None and not (
+            isinstance(steps, (list, tuple, range)) and len(steps) <= n and
+            all(type(s) is int for s in steps) and list(steps) == list(range(len(steps)))):
+        raise ValueError(f"steps {steps!r}: the golden's first steps in order, 0, 1, ... (at "
+                         f"most {n}): a step runs on the caches the earlier ones wrote")
     runner = Runner(mode, device)  # refuses capture without CUDA
     _check_config(layer, golden)
     inputs = Inputs(golden, device, dtype)
@@ -122,11 +128,15 @@ def check(layer, golden, mode="eager", device="cpu", dtype=torch.float64, out=No
         out = os.path.join(folder, "candidate.h5")
     try:
         write_candidate(out, steps, (g.path,))
-        verdict = judge(out, g.path)
     except BaseException:
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
         raise
+    try:
+        verdict = judge(out, g.path)
+    except JudgeError as e:  # a stage the layer recorded that no candidate holds, say
+        raise LayerError(f"the judge refuses what the layer recorded: {e} (the candidate is "
+                         f"kept: {out})") from None
     if folder and verdict.passed:
         shutil.rmtree(folder, ignore_errors=True)
         out = None
@@ -139,6 +149,9 @@ def check(layer, golden, mode="eager", device="cpu", dtype=torch.float64, out=No
 def failure_text(verdict):
     """One paragraph: the first failing step, layer and stage, the runner's notes and the
     command that judges the candidate again."""
+    if verdict.passed:
+        return f"dsv32: pass ({len(verdict.stages)} stages judged)" + "".join(
+            f"\n  note: {n}" for n in getattr(verdict, "notes", []))
     f = verdict.first_failure or {}
     lines = [f"dsv32: FAIL at step {f.get('step')}, layer {f.get('layer')}, stage "
              f"{f.get('stage')}: {f.get('message', '')}".rstrip()]
