@@ -73,8 +73,9 @@ GoldenCase read(const std::string& path, const ReadLimits& limits = {});
 /// logical dtype (`topk` integral), shaped (T_a, stage shape) of the golden's step; NaN kept
 /// (judging fails it). Fewer steps than the golden are returned as they are (judging fails the
 /// first missing one); steps other than step0..step{n-1} (as `read` takes them), more steps,
-/// other layers, unknown stage names, wrong shapes and unreadable files are refused with a
-/// GoldenError naming the dataset.
+/// other layers, unknown stage names, wrong shapes, a stage judged only with another that is
+/// missing (a scale without its codes, codes without their scale: unjudgeable_stage) and
+/// unreadable files are refused with a GoldenError naming the dataset.
 std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
                                       const ReadLimits& limits = {});
 
