@@ -1,5 +1,5 @@
-// Outputs whole or not at all when writers share a path or a directory, and no golden written
-// that its own reader would refuse (docs/BAD_INPUT.md, "Writes").
+// Outputs whole or not at all when writers share a path or a directory or are one run's, and
+// no golden written that its own reader would refuse (docs/BAD_INPUT.md, "Writes").
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -125,6 +125,44 @@ TEST_F(Writes, ADirectoryLockIsExclusive) {
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
   EXPECT_TRUE(names().empty()) << "the lock leaves no file";
   EXPECT_THROW(files::DirectoryLock((dir_ / "missing").string()), files::WriteError);
+}
+
+// A run's outputs are whole or not at all (dsv32 golden once left its first cases' files when a
+// later one failed): nothing takes its name before commit(), a set dropped uncommitted leaves
+// nothing, and a commit that fails part-way puts back every file it had replaced.
+TEST_F(Writes, StagedFilesAreAllWrittenOrNone) {
+  const std::string a = (dir_ / "a.h5").string(), b = (dir_ / "b.json").string();
+  std::ofstream(a) << "old a";
+  {
+    files::StagedFiles run;
+    const files::StagedFiles::File f = run.add(a, "new a");
+    EXPECT_EQ(f.bytes, 5u);
+    EXPECT_EQ(f.fnv1a64, files::fnv1a64("new a"));
+    run.add(b, "new b");
+    EXPECT_EQ(bytes_of(a), "old a") << "renamed before commit";
+    EXPECT_FALSE(fs::exists(b));
+    EXPECT_THROW(run.add((dir_ / "." / "b.json").string(), "again"), files::WriteError);
+  }  // dropped: nothing of it is left
+  EXPECT_EQ(names(), std::vector<std::string>{"a.h5"});
+  EXPECT_EQ(bytes_of(a), "old a");
+  {
+    files::StagedFiles run;
+    run.add(a, "new a");
+    run.add(b, "new b");
+    fs::create_directory(b);  // the second rename fails: the first is undone
+    EXPECT_THROW(run.commit(), files::WriteError);
+  }
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.h5", "b.json"}));
+  EXPECT_EQ(bytes_of(a), "old a");
+  EXPECT_TRUE(fs::is_directory(b));
+  fs::remove(b);
+  files::StagedFiles run;
+  run.add(a, "new a");
+  run.add(b, "new b");
+  run.commit();
+  EXPECT_EQ(bytes_of(a), "new a");
+  EXPECT_EQ(bytes_of(b), "new b");
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.h5", "b.json"}));
 }
 
 }  // namespace

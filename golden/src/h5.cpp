@@ -421,10 +421,14 @@ Group File::root() const {
 
 void File::commit(const std::function<void(const std::string&)>& verify) {
   if (!writing_) return;
-  const std::string bytes = image();
+  files::write_atomically(path_, release_image(), {}, verify);
+}
+
+std::string File::release_image() {
+  std::string bytes = image();
   h_ = Handle();
   writing_ = false;
-  files::write_atomically(path_, bytes, {}, verify);
+  return bytes;
 }
 
 std::string File::image() const {
