@@ -1,5 +1,6 @@
-// Outputs whole or not at all when writers share a path or a directory or are one run's, and
-// no golden written that its own reader would refuse (docs/BAD_INPUT.md, "Writes").
+// Outputs whole or not at all when writers share a path or a directory or are one run's, no two
+// outputs on one path, and no golden written that its own reader would refuse
+// (docs/BAD_INPUT.md, "Writes").
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/golden/h5.hpp"
+#include "outputs.hpp"
 #include "support/golden_cases.hpp"
 
 namespace dsv32 {
@@ -163,6 +165,41 @@ TEST_F(Writes, StagedFilesAreAllWrittenOrNone) {
   EXPECT_EQ(bytes_of(a), "new a");
   EXPECT_EQ(bytes_of(b), "new b");
   EXPECT_EQ(names(), (std::vector<std::string>{"a.h5", "b.json"}));
+}
+
+// No two outputs on one path, none over an input, compared as paths also before the files
+// exist (`dsv32 gpu G --json F --dump F` once passed a check that compared existing files).
+TEST_F(Writes, OutputsThatCollideAreNamed) {
+  using tools::output_clash;
+  const std::string in = (dir_ / "in.h5").string(), out = (dir_ / "out.h5").string();
+  std::ofstream(in) << "golden";
+  const std::string sub = (dir_ / "sub").string();
+  fs::create_directory(sub);
+  fs::create_directory_symlink(sub, dir_ / "via");
+  EXPECT_EQ(output_clash({{"--json", out}, {"--dump", (dir_ / "other.h5").string()}},
+                         {{"the golden", in}}),
+            "");
+  EXPECT_EQ(output_clash({{"--json", ""}, {"--dump", ""}}, {{"the golden", in}}), "");
+  for (const std::string& twin :
+       {out, (dir_ / "." / "out.h5").string(), (dir_ / "sub" / ".." / "out.h5").string()}) {
+    const std::string why = output_clash({{"--json", out}, {"--dump", twin}}, {});
+    EXPECT_NE(why.find("--dump " + twin + " and --json " + out + " name one file"),
+              std::string::npos)
+        << why;
+  }
+  EXPECT_NE(output_clash({{"--json", (dir_ / "sub" / "x").string()},
+                          {"--dump", (dir_ / "via" / "x").string()}},
+                         {})
+                .find("name one file"),
+            std::string::npos)
+      << "a link to a directory on the way";
+  fs::create_hard_link(in, dir_ / "hard.h5");
+  for (const std::string& same :
+       {in, (dir_ / "hard.h5").string(), (dir_ / "sub" / ".." / "in.h5").string()})
+    EXPECT_NE(output_clash({{"--json", same}}, {{"the golden", in}}).find("is also an input"),
+              std::string::npos)
+        << same;
+  EXPECT_FALSE(fs::exists(out)) << "the check writes nothing";
 }
 
 }  // namespace

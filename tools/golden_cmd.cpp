@@ -158,12 +158,19 @@ int generate(const GoldenOptions& o) {
             "golden", "case " + todo[i].name + " is asked for twice (--case, --spec or --all)");
   if (todo.empty())
     throw CLI::ValidationError("golden", "give --case NAME, --spec FILE, --all or --list");
-  // A case file in --out named as one of its own outputs would be overwritten by it.
-  for (std::size_t i = first_spec; i < todo.size(); ++i)
-    for (const char* ext : {".h5", ".candidate.json"})
-      refuse_output_over_input("golden",
-                               (std::filesystem::path(o.out) / (todo[i].name + ext)).string(),
-                               {o.specs[i - first_spec]});
+  // No output over a case file read (it would be overwritten) nor over another output.
+  std::vector<NamedPath> outputs, inputs;
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    const std::string& name = todo[i].name;
+    outputs.push_back(
+        {"case " + name + "'s golden", (std::filesystem::path(o.out) / (name + ".h5")).string()});
+    if (i >= first_spec)
+      outputs.push_back({"case " + name + "'s candidate skeleton",
+                         (std::filesystem::path(o.out) / (name + ".candidate.json")).string()});
+  }
+  outputs.push_back({"the manifest", (std::filesystem::path(o.out) / "MANIFEST.json").string()});
+  for (const std::string& spec : o.specs) inputs.push_back({"--spec", spec});
+  refuse_output_clash("golden", outputs, inputs);
   // What each case will cost, before any starts; a case over the bound is refused.
   for (const golden::CaseSpec& spec : todo) {
     const golden::CaseEstimate e = golden::estimate(spec);

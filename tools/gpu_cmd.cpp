@@ -179,8 +179,8 @@ void add_gpu(CLI::App& app, int& exit_code) {
                   "exercised it (docs/COVERAGE.md); again for more")
       ->check(requirement_check(served_metrics()));
   sub->callback([o, &exit_code] {
-    refuse_output_over_input("gpu", o->dump, {o->golden, o->json});
-    refuse_output_over_input("gpu", o->json, {o->golden});
+    refuse_output_clash("gpu", {{"--json", o->json}, {"--dump", o->dump}},
+                        {{"the golden", o->golden}});
     exit_code = run(*o);
   });
 }
