@@ -72,6 +72,96 @@ for drop, zero, words in (
            tool("judge", cand, "--golden", DEFAULT), 2, "/steps/step0/expected/layer0/" + words,
            "leave out " + zero)
 
+# B. One case name written by runs into one --out: the manifest describes the golden that is
+# there. Each run's golden once took its name and was hashed outside the directory's lock, so a
+# run that renamed first and took the lock last recorded its hash over another run's file. Now
+# nothing in the directory changes while another holds its lock: the test holds it (flock on the
+# directory, as the tool takes it) while two runs of one case name make their goldens.
+known = {}
+specs = [case_file(f"race{s}", name="race", seed=s) for s in (1, 2, 3)]
+for s, spec in enumerate(specs):
+    d = out_dir(f"race-alone{s}")
+    tool("golden", "--spec", spec, "--out", d)
+    entry = json.load(open(os.path.join(d, "MANIFEST.json")))["cases"][0]
+    known[entry["fnv1a64"]] = (md5(os.path.join(d, "race.h5")), entry["bytes"])
+check("three seeds make three different goldens", len({m for m, _ in known.values()}) == 3,
+      known)
+
+
+def waits_for_lock(p, timeout=60):
+    """Whether run p sleeps in flock (or has ended) within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            return True
+        try:
+            if "lock" in open(f"/proc/{p.pid}/wchan").read():
+                return True
+        except OSError:
+            time.sleep(2)  # no wchan here: give the run the time a tiny case takes, and more
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def settled(d):
+    return {n: h for n, h in snapshot(d).items() if not n.endswith(".tmp")}
+
+
+d = out_dir("race")
+tool("golden", "--spec", specs[2], "--out", d)
+before = settled(d)
+lock = os.open(d, os.O_RDONLY)
+fcntl.flock(lock, fcntl.LOCK_EX)
+procs = []
+for spec in specs[:2]:
+    procs.append(subprocess.Popen([TOOL, "golden", "--spec", spec, "--out", d],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  preexec_fn=bounded()))
+    waits = waits_for_lock(procs[-1])
+    check(f"run {len(procs)} changes nothing while another holds the directory's lock",
+          waits and settled(d) == before, f"waits {waits}: {before} then {settled(d)}")
+fcntl.flock(lock, fcntl.LOCK_UN)
+os.close(lock)
+codes = [p.wait(timeout=120) for p in procs]
+entry = json.load(open(os.path.join(d, "MANIFEST.json")))["cases"][0]
+golden = os.path.join(d, "race.h5")
+check("two runs of one case into one --out both succeed", codes == [0, 0], codes)
+check("... and the manifest describes the golden that is there",
+      known.get(entry["fnv1a64"]) == (md5(golden), os.path.getsize(golden)),
+      f"manifest {entry['fnv1a64']} is {known.get(entry['fnv1a64'])}, the file {md5(golden)}")
+check("... and no temporary file is left", not [n for n in os.listdir(d) if n.endswith(".tmp")],
+      os.listdir(d))
+
+# C. A run is whole or not at all: one that fails after its first case leaves the directory as
+# it was (the first case's golden and skeleton were once left behind, unlisted in the manifest).
+first = case_file("first")
+d = out_dir("whole")
+expect("a run into a fresh --out", tool("golden", "--spec", first, "--out", d), 0, "first.h5")
+before = snapshot(d)
+again = case_file("first-again", name="first", seed=2)
+for name, bad, words in (
+        ("an unmet require", case_file("unmet", require=["largest_tie>=300"]),
+         "case unmet does not exercise what it claims"),
+        ("unusable gates", case_file("eps", config={"preset": "tiny", "rms_norm_eps": 1e300}),
+         "could not judge a candidate")):
+    expect(f"a second case with {name} fails the run",
+           tool("golden", "--spec", again, "--spec", bad, "--out", d), 2, words)
+    check(f"... and leaves every file and the manifest as they were ({name})",
+          snapshot(d) == before, (sorted(before), sorted(snapshot(d))))
+
+# D. Every output path of every case is checked before any work (a directory in the way was
+# found after every step was computed).
+for taken in ("second.h5", "second.candidate.json", "MANIFEST.json"):
+    d = out_dir(f"taken-{taken}")
+    os.makedirs(os.path.join(d, taken))
+    code, out = tool("golden", "--spec", case_file("first"), "--spec", case_file("second"),
+                     "--out", d)
+    expect(f"an output path that is a directory ({taken}) is refused",
+           (code, out), 2, os.path.join(d, taken), "is a directory")
+    check(f"... before any work ({taken})", "step 1/1" not in out, out[-400:])
+    check(f"... and nothing is written ({taken})", snapshot(d) == {taken: "dir"}, snapshot(d))
+
 # F. No two outputs on one path and no output over an input, in every command, compared as
 # paths also when the files do not exist yet (`gpu G --json F --dump F` once passed a check that
 # compared existing files only). `gpu` parses its outputs on a machine without a GPU too.
