@@ -162,6 +162,25 @@ for taken in ("second.h5", "second.candidate.json", "MANIFEST.json"):
     check(f"... before any work ({taken})", "step 1/1" not in out, out[-400:])
     check(f"... and nothing is written ({taken})", snapshot(d) == {taken: "dir"}, snapshot(d))
 
+# E. A filter this libhdf5 cannot decode is named (h5py's lzf was called "truncated or corrupt").
+lzf = os.path.join(SCRATCH, "lzf.h5")
+with h5py.File(DEFAULT, "r") as src, h5py.File(lzf, "w") as dst:
+    def clone(a, b):
+        b.attrs.update(a.attrs)
+        for name, item in a.items():
+            if isinstance(item, h5py.Group):
+                clone(item, b.create_group(name))
+            else:
+                b.create_dataset(name, data=item[()], compression="lzf" if item.shape else None)
+                b[name].attrs.update(item.attrs)
+    clone(src, dst)
+words = ("uses the HDF5 filter lzf (id 32000), which this libhdf5 cannot decode",
+         "uncompressed or with gzip")
+expect("a golden compressed with lzf is refused naming the filter", tool("diff", lzf, DEFAULT), 2,
+       "lzf.h5:/weights/layer0/w_qkv_a: ", *words)
+expect("a candidate compressed with lzf is refused naming the filter",
+       tool("judge", lzf, "--golden", DEFAULT), 2, "lzf.h5:/steps/step0/expected/layer0/", *words)
+
 # F. No two outputs on one path and no output over an input, in every command, compared as
 # paths also when the files do not exist yet (`gpu G --json F --dump F` once passed a check that
 # compared existing files only). `gpu` parses its outputs on a machine without a GPU too.
