@@ -181,6 +181,23 @@ expect("a golden compressed with lzf is refused naming the filter", tool("diff",
 expect("a candidate compressed with lzf is refused naming the filter",
        tool("judge", lzf, "--golden", DEFAULT), 2, "lzf.h5:/steps/step0/expected/layer0/", *words)
 
+# E. Threads whose stacks cannot fit the address space are refused by name before anything runs
+# (OMP_NUM_THREADS=1000 under 4 GiB ended in libgomp's "Thread creation failed").
+if not os.environ.get("DSV32_NO_MEMORY_LIMIT"):  # the bound is what is checked
+    for env in ({"OMP_NUM_THREADS": "1000"}, {"OMP_NUM_THREADS": "100", "OMP_STACKSIZE": "64M"}):
+        said = " ".join(f"{k}={v}" for k, v in env.items())
+        d = out_dir("omp")
+        code, out = tool("golden", "--case", "kv-fp8", "--out", d, env=env)
+        expect(f"{said} under a 4 GiB address space is refused by name", (code, out), 2,
+               "bad environment: OMP_NUM_THREADS=", "threads with a stack of", "ulimit -v")
+        check(f"... before anything runs ({said})", "step 1/2" not in out and os.listdir(d) == [],
+              out[-300:])
+    expect("OMP_STACKSIZE=lots is refused by name",
+           tool("golden", "--list", env={"OMP_STACKSIZE": "lots"}), 2, "OMP_STACKSIZE='lots'")
+    expect("... and 100 threads of the default stack still run",
+           tool("golden", "--case", "kv-fp8", "--out", out_dir("omp-100"),
+                env={"OMP_NUM_THREADS": "100"}), 0, "kv-fp8.h5")
+
 # F. No two outputs on one path and no output over an input, in every command, compared as
 # paths also when the files do not exist yet (`gpu G --json F --dump F` once passed a check that
 # compared existing files only). `gpu` parses its outputs on a machine without a GPU too.
