@@ -4,9 +4,13 @@
 // with DeepSeek's reference code and Hugging Face's layer as candidates).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/judge/judge.hpp"
@@ -126,6 +130,58 @@ TEST(JudgeAdopts, AMinusTwoInAnSLayerFails) {
   ASSERT_FALSE(j.failures.empty()) << "a -2 in S layer " << layer << " passed";
   EXPECT_EQ(j.first_stage, "topk");
   EXPECT_EQ(j.first_layer, layer);
+}
+
+/// `cand` with `drop` taken out of layer `layer` of every step and `keep` set to zero there.
+std::vector<StepTrace> without(std::vector<StepTrace> cand, int layer,
+                               const std::vector<std::string>& drop, const std::string& keep) {
+  for (StepTrace& st : cand) {
+    auto& ts = st.layers.at(layer).tensors;
+    ts.erase(std::remove_if(ts.begin(), ts.end(),
+                            [&](const Tensor& t) {
+                              return std::find(drop.begin(), drop.end(), t.name) != drop.end();
+                            }),
+             ts.end());
+    std::fill(stage_of(st.layers.at(layer), keep).data.begin(),
+              stage_of(st.layers.at(layer), keep).data.end(), 0.0);
+  }
+  return cand;
+}
+
+// A scale is judged only with its codes. A candidate with kI_scale and no kI8 (or qI_scale
+// with neither qI8 nor omega) once had that scale neither judged nor reported: all-zero scales
+// passed. Such a candidate is refused naming the stage, as is one with codes and no scale
+// (once only "not provided").
+TEST(JudgeAdopts, AStageJudgedOnlyWithAnotherIsRefusedWithoutIt) {
+  const golden::GoldenCase gc = golden::read(fixture("default"));
+  int f = 0;
+  while (!gc.cfg.is_full_layer(f)) ++f;
+  const std::string at = "step0/layer" + std::to_string(f) + "/";
+  const struct {
+    std::vector<std::string> drop;
+    std::string keep, words;
+  } cases[] = {
+      {{"kI8"}, "kI_scale", "kI_scale: provided without kI8; a scale is judged with its codes"},
+      {{"qI8", "omega"}, "qI_scale", "qI_scale: provided without qI8 and omega"},
+      {{"kI_scale"}, "kI8", "kI8: provided without kI_scale"},
+      {{"qI_scale"}, "omega", "qI8: provided without qI_scale"},
+  };
+  for (const auto& c : cases) {
+    const std::vector<StepTrace> cand = without(gc.expected, f, c.drop, c.keep);
+    try {
+      const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
+                                gc.steps, cand, 1, /*partial=*/true);
+      ADD_FAILURE() << c.keep << " without " << c.drop.front() << " was judged: "
+                    << (j.failures.empty() ? "pass, " + j.worst_text() : j.failures.front());
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(at + c.words), std::string::npos) << e.what();
+    }
+  }
+  // Given with what it is judged through, a scale is judged: zero scales fail.
+  const std::vector<StepTrace> zero = without(gc.expected, f, {}, "kI_scale");
+  const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
+                            gc.steps, zero, 1, /*partial=*/true);
+  EXPECT_FALSE(j.failures.empty()) << "zero kI_scale with kI8 passed";
 }
 
 // A failing stage reports how far over its gate it is, and the run's worst names it: an output

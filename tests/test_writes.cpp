@@ -1,5 +1,6 @@
-// Outputs whole or not at all when writers share a path or a directory, and no golden written
-// that its own reader would refuse (docs/BAD_INPUT.md, "Writes").
+// Outputs whole or not at all when writers share a path or a directory or are one run's, no two
+// outputs on one path, and no golden written that its own reader would refuse
+// (docs/BAD_INPUT.md, "Writes").
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/golden/h5.hpp"
+#include "outputs.hpp"
 #include "support/golden_cases.hpp"
 
 namespace dsv32 {
@@ -125,6 +127,79 @@ TEST_F(Writes, ADirectoryLockIsExclusive) {
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
   EXPECT_TRUE(names().empty()) << "the lock leaves no file";
   EXPECT_THROW(files::DirectoryLock((dir_ / "missing").string()), files::WriteError);
+}
+
+// A run's outputs are whole or not at all (dsv32 golden once left its first cases' files when a
+// later one failed): nothing takes its name before commit(), a set dropped uncommitted leaves
+// nothing, and a commit that fails part-way puts back every file it had replaced.
+TEST_F(Writes, StagedFilesAreAllWrittenOrNone) {
+  const std::string a = (dir_ / "a.h5").string(), b = (dir_ / "b.json").string();
+  std::ofstream(a) << "old a";
+  {
+    files::StagedFiles run;
+    const files::StagedFiles::File f = run.add(a, "new a");
+    EXPECT_EQ(f.bytes, 5u);
+    EXPECT_EQ(f.fnv1a64, files::fnv1a64("new a"));
+    run.add(b, "new b");
+    EXPECT_EQ(bytes_of(a), "old a") << "renamed before commit";
+    EXPECT_FALSE(fs::exists(b));
+    EXPECT_THROW(run.add((dir_ / "." / "b.json").string(), "again"), files::WriteError);
+  }  // dropped: nothing of it is left
+  EXPECT_EQ(names(), std::vector<std::string>{"a.h5"});
+  EXPECT_EQ(bytes_of(a), "old a");
+  {
+    files::StagedFiles run;
+    run.add(a, "new a");
+    run.add(b, "new b");
+    fs::create_directory(b);  // the second rename fails: the first is undone
+    EXPECT_THROW(run.commit(), files::WriteError);
+  }
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.h5", "b.json"}));
+  EXPECT_EQ(bytes_of(a), "old a");
+  EXPECT_TRUE(fs::is_directory(b));
+  fs::remove(b);
+  files::StagedFiles run;
+  run.add(a, "new a");
+  run.add(b, "new b");
+  run.commit();
+  EXPECT_EQ(bytes_of(a), "new a");
+  EXPECT_EQ(bytes_of(b), "new b");
+  EXPECT_EQ(names(), (std::vector<std::string>{"a.h5", "b.json"}));
+}
+
+// No two outputs on one path, none over an input, compared as paths also before the files
+// exist (`dsv32 gpu G --json F --dump F` once passed a check that compared existing files).
+TEST_F(Writes, OutputsThatCollideAreNamed) {
+  using tools::output_clash;
+  const std::string in = (dir_ / "in.h5").string(), out = (dir_ / "out.h5").string();
+  std::ofstream(in) << "golden";
+  const std::string sub = (dir_ / "sub").string();
+  fs::create_directory(sub);
+  fs::create_directory_symlink(sub, dir_ / "via");
+  EXPECT_EQ(output_clash({{"--json", out}, {"--dump", (dir_ / "other.h5").string()}},
+                         {{"the golden", in}}),
+            "");
+  EXPECT_EQ(output_clash({{"--json", ""}, {"--dump", ""}}, {{"the golden", in}}), "");
+  for (const std::string& twin :
+       {out, (dir_ / "." / "out.h5").string(), (dir_ / "sub" / ".." / "out.h5").string()}) {
+    const std::string why = output_clash({{"--json", out}, {"--dump", twin}}, {});
+    EXPECT_NE(why.find("--dump " + twin + " and --json " + out + " name one file"),
+              std::string::npos)
+        << why;
+  }
+  EXPECT_NE(output_clash({{"--json", (dir_ / "sub" / "x").string()},
+                          {"--dump", (dir_ / "via" / "x").string()}},
+                         {})
+                .find("name one file"),
+            std::string::npos)
+      << "a link to a directory on the way";
+  fs::create_hard_link(in, dir_ / "hard.h5");
+  for (const std::string& same :
+       {in, (dir_ / "hard.h5").string(), (dir_ / "sub" / ".." / "in.h5").string()})
+    EXPECT_NE(output_clash({{"--json", same}}, {{"the golden", in}}).find("is also an input"),
+              std::string::npos)
+        << same;
+  EXPECT_FALSE(fs::exists(out)) << "the check writes nothing";
 }
 
 }  // namespace

@@ -134,7 +134,7 @@ void add_bisect(CLI::App& app, int& exit_code) {
                 "registry case that exposes it");
   sub->add_option("--json", o->json, "Also write the results as JSON")->check(kOutputFile);
   sub->callback([o, &exit_code] {
-    refuse_output_over_input("bisect", o->json, {o->golden});
+    refuse_output_clash("bisect", {{"--json", o->json}}, {{"the golden", o->golden}});
     exit_code = run(*o);
   });
 }

@@ -4,13 +4,13 @@
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <filesystem>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/oracle/coverage.hpp"
+#include "outputs.hpp"
 
 namespace dsv32::tools {
 
@@ -104,17 +104,12 @@ inline CLI::Validator positive_up_to(double hi) {
       "NUMBER in (0, " + std::to_string(hi) + "]");
 }
 
-/// Refuses (before any work) an output that is one of the command's inputs: the same file by
-/// device and inode, a link to it included. Writing it would destroy what the command reads.
-inline void refuse_output_over_input(const std::string& command, const std::string& output,
-                                     std::initializer_list<std::string> inputs) {
-  if (output.empty()) return;
-  for (const std::string& in : inputs) {
-    std::error_code ec;
-    if (!in.empty() && std::filesystem::equivalent(output, in, ec) && !ec)
-      throw CLI::ValidationError(command, output + " is also an input (" + in +
-                                              "): writing it would overwrite what is read");
-  }
+/// Refuses (before any work) outputs that collide: two on one path, or one that is an input
+/// (output_clash). Writing them would lose an output or destroy what the command reads.
+inline void refuse_output_clash(const std::string& command, const std::vector<NamedPath>& outputs,
+                                const std::vector<NamedPath>& inputs) {
+  if (const std::string why = output_clash(outputs, inputs); !why.empty())
+    throw CLI::ValidationError(command, why);
 }
 
 /// Refuses, before any work, a product of in-range sizes that needs more than `max_gib` GiB

@@ -99,7 +99,8 @@ void add_diff(CLI::App& app, int& exit_code) {
       ->check(positive_up_to(1 << 20))
       ->capture_default_str();
   sub->callback([o, &exit_code] {
-    refuse_output_over_input("diff", o->json, {o->candidate, o->reference});
+    refuse_output_clash("diff", {{"--json", o->json}},
+                        {{"the candidate", o->candidate}, {"the reference", o->reference}});
     exit_code = run(*o);
   });
 }

@@ -1,8 +1,6 @@
 // dsv32: the suite's command-line entry point (verdicts, goldens, diff, benchmarks).
 #include <fmt/core.h>
 
-#include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
@@ -10,32 +8,10 @@
 #include "commands.hpp"
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/h5.hpp"
+#include "environment.hpp"
 #include "version.hpp"
 
 namespace {
-
-/// Why OMP_NUM_THREADS cannot be honoured, or "": libgomp reads it at start-up and, asked for
-/// 100000 threads, crashes in the first parallel region (or asks for 350 GB) instead of failing.
-std::string omp_threads_problem() {
-  constexpr long kMaxThreads = 1024;
-  const char* v = std::getenv("OMP_NUM_THREADS");
-  if (!v) return "";
-  const std::string text = v;
-  std::size_t at = 0;
-  while (true) {  // a comma-separated list of positive integers (one per nesting level)
-    const std::size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    if (item.empty() || item.size() > 6 ||
-        item.find_first_not_of("0123456789") != std::string::npos)
-      return "'" + text + "' is not a list of thread counts";
-    const long n = std::stol(item);
-    if (n < 1 || n > kMaxThreads)
-      return "'" + text + "': each thread count must be in [1, " + std::to_string(kMaxThreads) +
-             "]";
-    if (end == text.size()) return "";
-    at = end + 1;
-  }
-}
 
 /// "unknown command 'X' (commands: ...)" when the first argument is neither an option nor a
 /// subcommand ("A subcommand is required" said nothing of the typo); else "".
@@ -52,8 +28,9 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const std::string why = omp_threads_problem(); !why.empty()) {
-    fmt::print(stderr, "dsv32: bad environment: OMP_NUM_THREADS={} (unset it or lower it)\n", why);
+  // Before anything runs: libgomp reads its environment at the first parallel region.
+  if (const std::string why = dsv32::tools::omp_environment_problem(); !why.empty()) {
+    fmt::print(stderr, "dsv32: bad environment: {}\n", why);
     return dsv32::tools::kExitUsage;
   }
   // A temporary file is removed on SIGINT/SIGTERM; a file-size limit is a write error.

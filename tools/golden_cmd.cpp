@@ -67,19 +67,6 @@ int check(const GoldenOptions& o) {
   return rc;
 }
 
-std::uint64_t fnv1a_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::uint64_t h = 0xCBF29CE484222325ull;
-  char buf[1 << 16];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
-    for (std::streamsize i = 0; i < f.gcount(); ++i) {
-      h ^= static_cast<unsigned char>(buf[i]);
-      h *= 0x100000001B3ull;
-    }
-  }
-  return h;
-}
-
 int list() {
   fmt::print("{:<26} {:<9} {:>6} {:>5}  {}\n", "case", "committed", "layers", "steps",
              "description");
@@ -143,6 +130,53 @@ bool unchanged_but_generator(const std::string& path, golden::GoldenCase& gc) {
   return same;
 }
 
+/// The manifest of `dir` (read again now, under the directory's lock) with `entries` put in:
+/// entries of regenerated cases are replaced, the others kept, so it lists every case there.
+nlohmann::json merged_manifest(const std::string& dir, const nlohmann::json& entries) {
+  nlohmann::json merged = read_manifest(dir);
+  nlohmann::json cases = nlohmann::json::array();
+  for (const auto& e : merged["cases"]) {
+    bool replaced = false;
+    for (const auto& n : entries) replaced = replaced || n["case"] == e["case"];
+    if (!replaced) cases.push_back(e);
+  }
+  for (const auto& n : entries) cases.push_back(n);
+  std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) {
+    return a["case"].template get<std::string>() < b["case"].template get<std::string>();
+  });
+  merged["cases"] = cases;
+  merged["schema_version"] = golden::kSchemaVersion;
+  merged.erase("generator");  // each file records its own generator
+  return merged;
+}
+
+/// A run's cases and their outputs: `todo[first_spec..]` come from `o.specs` and also get a
+/// candidate skeleton. Every output path is checked before any work: a directory in the way, an
+/// output that is a case file read, two outputs on one path.
+struct Outputs {
+  std::vector<std::string> golden, skeleton;  // per case; skeleton "" for a registry case
+  std::string manifest;
+};
+Outputs check_outputs(const GoldenOptions& o, const std::vector<golden::CaseSpec>& todo,
+                      std::size_t first_spec) {
+  const std::filesystem::path dir(o.out);
+  Outputs out{{}, {}, (dir / "MANIFEST.json").string()};
+  std::vector<NamedPath> outputs, inputs;
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    const std::string& name = todo[i].name;
+    out.golden.push_back((dir / (name + ".h5")).string());
+    out.skeleton.push_back(i < first_spec ? "" : (dir / (name + ".candidate.json")).string());
+    outputs.push_back({"case " + name + "'s golden", out.golden.back()});
+    outputs.push_back({"case " + name + "'s candidate skeleton", out.skeleton.back()});
+  }
+  outputs.push_back({"the manifest", out.manifest});
+  for (const std::string& spec : o.specs) inputs.push_back({"--spec", spec});
+  refuse_output_clash("golden", outputs, inputs);
+  for (const NamedPath& p : outputs)
+    if (!p.path.empty()) files::require_writable_location(p.path);
+  return out;
+}
+
 int generate(const GoldenOptions& o) {
   std::vector<golden::CaseSpec> todo;
   if (o.all)
@@ -158,12 +192,6 @@ int generate(const GoldenOptions& o) {
             "golden", "case " + todo[i].name + " is asked for twice (--case, --spec or --all)");
   if (todo.empty())
     throw CLI::ValidationError("golden", "give --case NAME, --spec FILE, --all or --list");
-  // A case file in --out named as one of its own outputs would be overwritten by it.
-  for (std::size_t i = first_spec; i < todo.size(); ++i)
-    for (const char* ext : {".h5", ".candidate.json"})
-      refuse_output_over_input("golden",
-                               (std::filesystem::path(o.out) / (todo[i].name + ext)).string(),
-                               {o.specs[i - first_spec]});
   // What each case will cost, before any starts; a case over the bound is refused.
   for (const golden::CaseSpec& spec : todo) {
     const golden::CaseEstimate e = golden::estimate(spec);
@@ -177,70 +205,60 @@ int generate(const GoldenOptions& o) {
                         " (raise it to generate the case)");
   }
   std::filesystem::create_directories(o.out);
-  files::require_writable_location((std::filesystem::path(o.out) / "MANIFEST.json").string());
+  const Outputs paths = check_outputs(o, todo, first_spec);
   read_manifest(o.out);  // refused now, not after the work
   const std::string generator = o.generator.empty() ? generator_string("golden") : o.generator;
-  nlohmann::json manifest;
-  fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "case", "steps", "bytes", "seconds", "file");
+  // Every output goes to a temporary file of its own (on disk, not held in memory); nothing
+  // takes its name until every case is made, and then all of them with the manifest, under the
+  // directory's lock. A run that fails leaves the directory as it was.
+  files::StagedFiles staged;
+  nlohmann::json entries = nlohmann::json::array();
+  std::vector<std::string> rows;
   for (std::size_t i = 0; i < todo.size(); ++i) {
     const golden::CaseSpec& spec = todo[i];
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string path = (std::filesystem::path(o.out) / (spec.name + ".h5")).string();
+    const std::string& path = paths.golden[i];
     golden::GoldenCase gc = golden::generate(spec, generator, [&](int s, int n) {
       progress(fmt::format("  {}: step {}/{}", spec.name, s, n));
     });
     progress(fmt::format("  {}: writing", spec.name), true);
     long datasets = 0;
     const bool unchanged = o.generator.empty() && unchanged_but_generator(path, gc);
-    if (!unchanged)
-      golden::write(path, gc, [&] {
-        ++datasets;
-        // Fault injection for the interrupted-writer test: abort mid-write.
-        if (const char* n = std::getenv("DSV32_GOLDEN_ABORT_AFTER"); n && datasets == std::atol(n))
-          std::abort();
-      });
+    const files::StagedFiles::File written = golden::stage(staged, path, gc, [&] {
+      ++datasets;
+      // Fault injection for the interrupted-writer test: abort mid-write.
+      if (const char* n = std::getenv("DSV32_GOLDEN_ABORT_AFTER"); n && datasets == std::atol(n))
+        std::abort();
+    });
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto bytes = std::filesystem::file_size(path);
-    fmt::print("{:<26} {:>5} {:>10} {:>8.2f}  {}{}\n", spec.name, gc.steps.size(), bytes, secs,
-               path, unchanged ? " (unchanged: kept as it was)" : "");
+    rows.push_back(fmt::format("{:<26} {:>5} {:>10} {:>8.2f}  {}{}", spec.name, gc.steps.size(),
+                               written.bytes, secs, path,
+                               unchanged ? " (unchanged: kept as it was)" : ""));
     // A case from a file also gets the skeleton of a candidate for it (docs/CANDIDATE.md).
-    if (i >= first_spec) {
-      const std::string skeleton =
-          (std::filesystem::path(o.out) / (spec.name + ".candidate.json")).string();
-      files::write_atomically(skeleton, golden::candidate_skeleton(spec));
-      fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "", "", "", "", skeleton);
+    if (const std::string& skeleton = paths.skeleton[i]; !skeleton.empty()) {
+      staged.add(skeleton, golden::candidate_skeleton(spec));
+      rows.push_back(fmt::format("{:<26} {:>5} {:>10} {:>8}  {}", "", "", "", "", skeleton));
     }
-    manifest["cases"].push_back(
-        {{"case", spec.name},
-         {"file", spec.name + ".h5"},
-         {"description", spec.description},
-         {"bytes", bytes},
-         {"fnv1a64", fmt::format("{:016x}", fnv1a_file(path))},
-         {"steps", gc.steps.size()},
-         {"config", nlohmann::json::parse(golden::config_to_json(gc.cfg))}});
+    // The hash of the bytes written, not of the path read back later.
+    entries.push_back({{"case", spec.name},
+                       {"file", spec.name + ".h5"},
+                       {"description", spec.description},
+                       {"bytes", written.bytes},
+                       {"fnv1a64", fmt::format("{:016x}", written.fnv1a64)},
+                       {"steps", gc.steps.size()},
+                       {"config", nlohmann::json::parse(golden::config_to_json(gc.cfg))}});
   }
-  // The manifest lists every case in the directory: entries of regenerated cases are replaced,
-  // the others kept.
-  // Under the directory's lock: another run into the same directory merges before or after
-  // this one, never in between (which lost its entries).
-  const files::DirectoryLock lock(o.out);
-  const std::filesystem::path mpath = std::filesystem::path(o.out) / "MANIFEST.json";
-  nlohmann::json merged = read_manifest(o.out);
-  nlohmann::json cases = nlohmann::json::array();
-  for (const auto& e : merged["cases"]) {
-    bool replaced = false;
-    for (const auto& n : manifest["cases"]) replaced = replaced || n["case"] == e["case"];
-    if (!replaced) cases.push_back(e);
+  {
+    // Under the directory's lock: another run into it renames its files and merges its entries
+    // before or after this one, never in between (which lost entries, and recorded one run's
+    // hash over another's golden).
+    const files::DirectoryLock lock(o.out);
+    staged.add(paths.manifest, merged_manifest(o.out, entries).dump(2) + "\n");
+    staged.commit();
   }
-  for (const auto& n : manifest["cases"]) cases.push_back(n);
-  std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) {
-    return a["case"].template get<std::string>() < b["case"].template get<std::string>();
-  });
-  merged["cases"] = cases;
-  merged["schema_version"] = golden::kSchemaVersion;
-  merged.erase("generator");  // each file records its own generator
-  files::write_atomically(mpath.string(), merged.dump(2) + "\n");
+  fmt::print("{:<26} {:>5} {:>10} {:>8}  {}\n", "case", "steps", "bytes", "seconds", "file");
+  for (const std::string& row : rows) fmt::print("{}\n", row);
   return kExitPass;
 }
 

@@ -115,33 +115,37 @@ int run(const GpuOptions& o) {
   if (j.failures.empty() && !unmet.empty())
     fmt::print("verdict: FAIL: every stage passes, but the run did not exercise --require {}\n",
                unmet);
+  // Both outputs or neither: each to a temporary file, renamed together.
+  files::StagedFiles outputs;
   if (!o.json.empty()) {
     nlohmann::json cov;
     for (const auto& [name, v] : j.coverage.metrics()) cov[name] = v;
     for (const auto& [name, v] : counts) cov[name] = v;
-    files::write_atomically(o.json, nlohmann::json{{"case_id", gc.case_id},
-                                                   {"plan", o.plan},
-                                                   {"tp", o.tp},
-                                                   {"block_offset", options.block_offset},
-                                                   {"device", gpu::device_summary()},
-                                                   {"verdict", pass ? "pass" : "fail"},
-                                                   {"stages_judged", j.stages},
-                                                   {"topk_rows_judged", j.topk_rows},
-                                                   {"failures", j.failures},
-                                                   {"coverage", cov},
-                                                   {"served", served},
-                                                   {"kernel_paths", paths},
-                                                   {"requirements", checked.results}}
-                                            .dump(2) +
-                                        "\n");
+    outputs.add(o.json, nlohmann::json{{"case_id", gc.case_id},
+                                       {"plan", o.plan},
+                                       {"tp", o.tp},
+                                       {"block_offset", options.block_offset},
+                                       {"device", gpu::device_summary()},
+                                       {"verdict", pass ? "pass" : "fail"},
+                                       {"stages_judged", j.stages},
+                                       {"topk_rows_judged", j.topk_rows},
+                                       {"failures", j.failures},
+                                       {"coverage", cov},
+                                       {"served", served},
+                                       {"kernel_paths", paths},
+                                       {"requirements", checked.results}}
+                                .dump(2) +
+                            "\n");
   }
   if (!o.dump.empty()) {
     gc.generator = generator_string("gpu --plan " + o.plan + " --tp " + std::to_string(o.tp));
     gc.expected = got;
     gc.emulated = got;
-    golden::write(o.dump, gc, {}, /*verify=*/false);
-    fmt::print("  GPU trace written to {} (compare: dsv32 diff {} {})\n", o.dump, o.dump, o.golden);
+    golden::stage(outputs, o.dump, gc, {}, /*verify=*/false);
   }
+  outputs.commit();
+  if (!o.dump.empty())
+    fmt::print("  GPU trace written to {} (compare: dsv32 diff {} {})\n", o.dump, o.dump, o.golden);
   return pass ? kExitPass : kExitFail;
 #else
   (void)o;
@@ -179,8 +183,8 @@ void add_gpu(CLI::App& app, int& exit_code) {
                   "exercised it (docs/COVERAGE.md); again for more")
       ->check(requirement_check(served_metrics()));
   sub->callback([o, &exit_code] {
-    refuse_output_over_input("gpu", o->dump, {o->golden, o->json});
-    refuse_output_over_input("gpu", o->json, {o->golden});
+    refuse_output_clash("gpu", {{"--json", o->json}, {"--dump", o->dump}},
+                        {{"the golden", o->golden}});
     exit_code = run(*o);
   });
 }

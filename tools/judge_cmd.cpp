@@ -41,7 +41,8 @@ nlohmann::json ratio_json(double r) {
 }
 
 int run(const JudgeOptions& o) {
-  refuse_output_over_input("judge", o.json, {o.candidate, o.golden});
+  refuse_output_clash("judge", {{"--json", o.json}},
+                      {{"the candidate", o.candidate}, {"--golden", o.golden}});
   golden::ReadLimits limits;
   limits.max_bytes = o.max_gib * (1ull << 30);
   const golden::GoldenCase gc = golden::read(o.golden, limits);

@@ -290,6 +290,12 @@ void add_selfcheck(CLI::App& app, int& exit_code) {
                    : std::string();
       });
   sub->callback([o, &exit_code] {
+    std::vector<NamedPath> fixtures;  // what the goldens row reads
+    for (const golden::CaseSpec& spec : golden::registry())
+      if (spec.committed)
+        fixtures.push_back(
+            {"fixture", (std::filesystem::path(o->fixtures) / (spec.name + ".h5")).string()});
+    refuse_output_clash("selfcheck", {{"--json", o->json}}, fixtures);
     const std::vector<Verdict> rows = run(*o);
     const std::string title =
         fmt::format("dsv32 selfcheck: scenario {}{}", o->scenario,

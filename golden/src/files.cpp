@@ -1,6 +1,7 @@
 #include "dsv32/golden/files.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,41 +13,16 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <stdexcept>
 
 namespace dsv32::files {
 namespace {
 
-/// Temporary files being written, for remove_pending_files: fixed storage, no allocation, so a
-/// signal handler may walk it.
-constexpr std::size_t kSlots = 8, kPathMax = 4096;
-struct Slot {
-  std::atomic<bool> used{false};
-  char path[kPathMax] = {};
-};
-std::array<Slot, kSlots> g_pending;
-
-/// Registers `path` while alive.
-class Pending {
- public:
-  explicit Pending(const std::string& path) {
-    if (path.size() >= kPathMax) return;
-    for (Slot& s : g_pending) {
-      bool expected = false;
-      if (s.used.load() || !s.used.compare_exchange_strong(expected, true)) continue;
-      std::memcpy(s.path, path.c_str(), path.size() + 1);
-      slot_ = &s;
-      return;
-    }
-  }
-  ~Pending() {
-    if (slot_) slot_->used.store(false);
-  }
-  Pending(const Pending&) = delete;
-  Pending& operator=(const Pending&) = delete;
-
- private:
-  Slot* slot_ = nullptr;
-};
+/// Temporary files being written, for remove_pending_files: a fixed table of pointers to paths
+/// that their registrations own, so a signal handler may walk it without allocating.
+constexpr std::size_t kSlots = 4096;
+std::array<std::atomic<const char*>, kSlots> g_pending{};
 
 std::string reason(int err) {
   return std::strerror(err);
@@ -82,6 +58,13 @@ void remove_stale_temporaries(const std::string& path) {
   }
 }
 
+/// A temporary name of this writer's own beside `path`: `path.PID-N.tmp`.
+std::string temporary_name(const std::string& path) {
+  static std::atomic<unsigned> serial{0};
+  return path + "." + std::to_string(::getpid()) + "-" + std::to_string(serial.fetch_add(1)) +
+         ".tmp";
+}
+
 void on_signal(int sig) {
   remove_pending_files();
   std::signal(sig, SIG_DFL);
@@ -89,6 +72,35 @@ void on_signal(int sig) {
 }
 
 }  // namespace
+
+// Not in the anonymous namespace: StagedFiles::Entry holds one.
+namespace detail {
+
+/// Registers `path` while alive; WriteError when every slot is taken.
+class Pending {
+ public:
+  explicit Pending(const std::string& path) : path_(new char[path.size() + 1]) {
+    std::memcpy(path_.get(), path.c_str(), path.size() + 1);
+    for (std::atomic<const char*>& s : g_pending) {
+      const char* expected = nullptr;
+      if (s.load() == nullptr && s.compare_exchange_strong(expected, path_.get())) {
+        slot_ = &s;
+        return;
+      }
+    }
+    throw WriteError(path + ": cannot write: more than " + std::to_string(kSlots) +
+                     " files are being written at once");
+  }
+  ~Pending() { slot_->store(nullptr); }
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+
+ private:
+  std::unique_ptr<char[]> path_;
+  std::atomic<const char*>* slot_ = nullptr;
+};
+
+}  // namespace detail
 
 std::string not_regular_file_reason(const std::string& path) {
   struct stat st {};
@@ -117,12 +129,56 @@ void require_writable_location(const std::string& path) {
 void write_atomically(const std::string& path, std::string_view bytes,
                       const std::function<void(std::size_t, std::size_t)>& progress,
                       const std::function<void(const std::string&)>& verify) {
+  StagedFiles one;
+  one.add(path, bytes, progress, verify);
+  one.commit();
+}
+
+std::uint64_t fnv1a64(std::string_view bytes) {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (const char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001B3ull;
+  }
+  return h;
+}
+
+/// A staged file: its temporary (registered while it exists) and, during commit(), the link
+/// that keeps the file it replaced.
+struct StagedFiles::Entry {
+  File file;
+  std::filesystem::path same;  // the path made absolute and normal, links resolved
+  std::string tmp, backup;
+  std::unique_ptr<detail::Pending> pending;
+  bool replaced = false, renamed = false;
+};
+
+StagedFiles::StagedFiles() = default;
+
+StagedFiles::~StagedFiles() {
+  if (committed_) return;
+  for (const auto& e : entries_) ::unlink(e->tmp.c_str());
+}
+
+StagedFiles::File StagedFiles::add(const std::string& path, std::string_view bytes,
+                                   const std::function<void(std::size_t, std::size_t)>& progress,
+                                   const std::function<void(const std::string&)>& verify) {
+  if (committed_) throw std::logic_error("StagedFiles::add after commit");
   if (is_directory(path)) throw WriteError(path + ": cannot write: is a directory");
+  auto e = std::make_unique<Entry>();
+  e->file.path = path;
+  std::error_code ec;
+  e->same = std::filesystem::absolute(path, ec).lexically_normal();
+  if (const std::filesystem::path real = std::filesystem::weakly_canonical(e->same, ec); !ec)
+    e->same = real;
+  for (const auto& other : entries_)
+    if (other->same == e->same)
+      throw WriteError(path + ": cannot write: written twice in one run (also as " +
+                       other->file.path + ")");
   remove_stale_temporaries(path);
-  static std::atomic<unsigned> serial{0};
-  const std::string tmp =
-      path + "." + std::to_string(::getpid()) + "-" + std::to_string(serial.fetch_add(1)) + ".tmp";
-  const Pending pending(tmp);
+  e->tmp = temporary_name(path);
+  e->pending = std::make_unique<detail::Pending>(e->tmp);
+  const std::string& tmp = e->tmp;
   ::unlink(tmp.c_str());  // a stale one (or a link planted there) is replaced, not followed
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw WriteError(tmp + ": cannot create: " + reason(errno));
@@ -155,7 +211,56 @@ void write_atomically(const std::string& path, std::string_view bytes,
       throw;
     }
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename to " + path, errno);
+  e->file.bytes = bytes.size();
+  e->file.fnv1a64 = fnv1a64(bytes);
+  entries_.push_back(std::move(e));
+  return entries_.back()->file;
+}
+
+void StagedFiles::commit() {
+  if (committed_) return;
+  // A signal now would leave some files renamed and others not: it waits until the end.
+  sigset_t block{}, old{};
+  sigemptyset(&block);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+  ::pthread_sigmask(SIG_BLOCK, &block, &old);
+  std::string error;
+  for (const auto& e : entries_) {
+    const std::string& path = e->file.path;
+    if (is_directory(path)) {
+      error = path + ": cannot write: is a directory";
+      break;
+    }
+    // The file replaced is kept (a second link to it) until every rename is done; one file
+    // alone needs none (its rename happens or not), nor a file system without hard links.
+    struct stat st {};
+    e->replaced = ::lstat(path.c_str(), &st) == 0;
+    if (e->replaced && entries_.size() > 1) {
+      e->backup = temporary_name(path);
+      if (::link(path.c_str(), e->backup.c_str()) != 0) e->backup.clear();
+    }
+    if (::rename(e->tmp.c_str(), path.c_str()) != 0) {
+      error = e->tmp + ": cannot rename to " + path + ": " + reason(errno);
+      break;
+    }
+    e->renamed = true;
+  }
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+    Entry& e = **it;
+    if (!error.empty() && e.renamed) {  // put the file it replaced back, or none
+      if (e.replaced && e.backup.empty())
+        error += "; " + e.file.path + " could not be put back (no second link to it was made)";
+      else if (e.backup.empty() ? ::unlink(e.file.path.c_str()) != 0
+                                : ::rename(e.backup.c_str(), e.file.path.c_str()) != 0)
+        error += "; " + e.file.path + " could not be put back: " + reason(errno);
+    }
+    if (!e.backup.empty()) ::unlink(e.backup.c_str());
+    if (!e.renamed) ::unlink(e.tmp.c_str());
+    e.pending.reset();
+  }
+  committed_ = true;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!error.empty()) throw WriteError(error);
 }
 
 DirectoryLock::DirectoryLock(const std::string& dir) {
@@ -174,8 +279,8 @@ DirectoryLock::~DirectoryLock() {
 }
 
 void remove_pending_files() noexcept {
-  for (Slot& s : g_pending)
-    if (s.used.load()) ::unlink(s.path);
+  for (const std::atomic<const char*>& s : g_pending)
+    if (const char* path = s.load()) ::unlink(path);
 }
 
 void install_signal_cleanup() {

@@ -124,17 +124,33 @@ std::string image(const std::string& path, const GoldenCase& c) {
   return build(path, c, {}).image();
 }
 
-void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick,
-           bool verify) {
-  h5::File f = build(path, c, tick);
-  if (!verify) return f.commit();
-  f.commit([&](const std::string& tmp) {
+namespace {
+
+/// The check of a golden written to `tmp` before it takes the name `path`: its own reader.
+std::function<void(const std::string&)> read_back(const std::string& path) {
+  return [path](const std::string& tmp) {
     try {
       read(tmp);
     } catch (const h5::GoldenError& e) {
       throw h5::GoldenError(path + ": not written: its own reader refuses it: " + e.what());
     }
-  });
+  };
+}
+
+}  // namespace
+
+void write(const std::string& path, const GoldenCase& c, const std::function<void()>& tick,
+           bool verify) {
+  h5::File f = build(path, c, tick);
+  if (!verify) return f.commit();
+  f.commit(read_back(path));
+}
+
+files::StagedFiles::File stage(files::StagedFiles& out, const std::string& path,
+                               const GoldenCase& c, const std::function<void()>& on_dataset,
+                               bool verify) {
+  return out.add(path, build(path, c, on_dataset).release_image(), {},
+                 verify ? read_back(path) : nullptr);
 }
 
 }  // namespace dsv32::golden

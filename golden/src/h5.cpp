@@ -83,6 +83,29 @@ void convert_exactly(Tensor& t, DType want, const std::string& where) {
   t.dtype = want;
 }
 
+/// The first filter of dataset `ds`'s pipeline that this libhdf5 cannot decode, as "lzf (id
+/// 32000)", or "": its read would fail as if the file were corrupt (h5py's `compression='lzf'`
+/// needs a plugin that libhdf5 does not ship).
+std::string undecodable_filter(hid_t ds) {
+  Handle dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (!dcpl.valid()) return "";
+  const int n = H5Pget_nfilters(dcpl.get());
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    std::size_t cd_count = 0;
+    char name[256] = {};
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &cd_count,
+                                           nullptr, sizeof name, name, &config);
+    if (id < 0) return "number " + std::to_string(i) + " (unreadable)";
+    unsigned info = 0;
+    if (H5Zfilter_avail(id) > 0 && H5Zget_filter_info(id, &info) >= 0 &&
+        (info & H5Z_FILTER_CONFIG_DECODE_ENABLED) != 0)
+      continue;
+    return std::string(name[0] ? name : "unnamed") + " (id " + std::to_string(id) + ")";
+  }
+  return "";
+}
+
 }  // namespace
 
 void Budget::take(double bytes, double transient, const std::string& where) {
@@ -240,6 +263,9 @@ Tensor Group::read(const std::string& name, DType want,
   if (!stored_ok)
     throw GoldenError(where(name) + ": stored type does not match dtype " +
                       std::string(to_string(dt)));
+  if (const std::string filter = undecodable_filter(ds.get()); !filter.empty())
+    throw GoldenError(where(name) + ": uses the HDF5 filter " + filter +
+                      ", which this libhdf5 cannot decode: write it uncompressed or with gzip");
   if (budget_) budget_->take(8.0 * elements, 8.0 * elements, where(name));
   const std::size_t n = static_cast<std::size_t>(t.numel());
   t.data.resize(n);
@@ -421,10 +447,14 @@ Group File::root() const {
 
 void File::commit(const std::function<void(const std::string&)>& verify) {
   if (!writing_) return;
-  const std::string bytes = image();
+  files::write_atomically(path_, release_image(), {}, verify);
+}
+
+std::string File::release_image() {
+  std::string bytes = image();
   h_ = Handle();
   writing_ = false;
-  files::write_atomically(path_, bytes, {}, verify);
+  return bytes;
 }
 
 std::string File::image() const {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/trace_diff.hpp"
 #include "layout.hpp"
 
 namespace dsv32::golden {
@@ -400,6 +401,9 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
             const DType dt = name == "topk" ? DType::int32 : lg.dtype(name);
             lt.tensors.push_back(lg.read(name, dt, stage_shape(cfg, name, Ta)));
           }
+          // A stage the judge could not judge with what else is given is refused, not skipped.
+          if (const std::string why = unjudgeable_stage(lt); !why.empty())
+            throw h5::GoldenError(lg.where() + "/" + why);
         }
         tr.layers.push_back(std::move(lt));
       }

@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 
 #include "dsv32/oracle/numerics.hpp"
@@ -78,6 +79,12 @@ std::string Judgement::Row::stage_path() const {
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp,
                 bool partial) {
+  // Every stage given is judged: one that could only be judged with another the candidate
+  // lacks (a scale without its codes) is refused, never skipped.
+  for (std::size_t s = 0; s < gpu.size(); ++s)
+    for (std::size_t l = 0; l < gpu[s].layers.size(); ++l)
+      if (const std::string why = unjudgeable_stage(gpu[s].layers[l]); !why.empty())
+        throw std::invalid_argument(step_layer(static_cast<int>(s), static_cast<int>(l)) + why);
   Oracle t0(cfg, w, Mode::exact, num_blocks), t1(cfg, std::move(w), Mode::emulated, num_blocks);
   const int dI = cfg.index_head_dim, K = cfg.index_topk;
   std::vector<StepTrace> want0, want1;

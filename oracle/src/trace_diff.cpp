@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "dsv32/oracle/numerics.hpp"
 
@@ -54,7 +55,40 @@ Tensor per_scale(const Tensor& omega, const Tensor& scale) {
   return t;
 }
 
+/// The scale a quantized stage is judged with (TESTING.md), or nullptr.
+const char* scale_of(std::string_view stage) {
+  return stage == "qI8" || stage == "omega" ? "qI_scale" : stage == "kI8" ? "kI_scale" : nullptr;
+}
+
+/// The stages a scale is judged through ("qI8 or omega"), or "" for a stage that is no scale.
+std::string judged_through(std::string_view scale, const char* joint) {
+  std::string users;
+  for (const std::string& name : layer_stage_names())
+    if (const char* sc = scale_of(name); sc && scale == sc)
+      users += (users.empty() ? "" : joint) + name;
+  return users;
+}
+
 }  // namespace
+
+std::string unjudgeable_stage(const LayerTrace& layer) {
+  for (const std::string& name : layer_stage_names()) {
+    if (!layer.find(name)) continue;
+    if (const char* sc = scale_of(name); sc && !layer.find(sc))
+      return name + ": provided without " + sc +
+             "; a quantized stage is judged with its scale: " + "provide " + sc +
+             ", or leave out " + name;
+    const std::string users = judged_through(name, " or ");
+    if (users.empty()) continue;
+    bool judged = false;
+    for (const std::string& user : layer_stage_names())
+      if (const char* sc = scale_of(user); sc && name == sc && layer.find(user)) judged = true;
+    if (!judged)
+      return name + ": provided without " + judged_through(name, " and ") +
+             "; a scale is judged with its codes: provide " + users + ", or leave out " + name;
+  }
+  return "";
+}
 
 std::string StageDiff::where() const {
   return "step" + std::to_string(step) + "/" +
@@ -132,13 +166,12 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
       const LayerTrace &a = cand[s].layers.at(l), &b = t0[s].layers.at(l), &e = t1[s].layers.at(l);
       for (const std::string& name : layer_stage_names()) {
         const Tensor* want = b.find(name);
-        if (!want || name == "qI_scale" || name == "kI_scale") continue;
+        // A scale is judged through its codes (unjudgeable_stage refuses one given alone).
+        if (!want || !judged_through(name, "").empty()) continue;
         StageDiff d{static_cast<int>(s), l, name, {}};
         const Tensor* got = a.find(name);
         // The scale a quantized stage is judged with must come with it.
-        const char* needs = name == "omega" || name == "qI8" ? "qI_scale"
-                            : name == "kI8"                  ? "kI_scale"
-                                                             : nullptr;
+        const char* needs = scale_of(name);
         if (!got || (needs && !a.find(needs))) {
           d.provided = false;
           d.result.tensor = name;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsv32/golden/files.hpp"
 #include "dsv32/golden/h5.hpp"
 #include "dsv32/oracle/oracle.hpp"
 
@@ -58,6 +59,12 @@ struct GoldenCase {
 /// traces are a candidate's and may hold NaN, writes without.
 void write(const std::string& path, const GoldenCase& c,
            const std::function<void()>& on_dataset = {}, bool verify = true);
+/// `c` staged for `path` in `out` (files::StagedFiles): the bytes and (with `verify`) the
+/// read-back check of `write`, the file taking its name only when `out` commits, with the run's
+/// other outputs. Returns what was written (bytes and hash).
+files::StagedFiles::File stage(files::StagedFiles& out, const std::string& path,
+                               const GoldenCase& c, const std::function<void()>& on_dataset = {},
+                               bool verify = true);
 /// The bytes `write(path, c)` would write (the file is built in memory; nothing is written).
 std::string image(const std::string& path, const GoldenCase& c);
 /// Reads and validates a golden file: schema, version, config, every dataset's presence,
@@ -73,8 +80,9 @@ GoldenCase read(const std::string& path, const ReadLimits& limits = {});
 /// logical dtype (`topk` integral), shaped (T_a, stage shape) of the golden's step; NaN kept
 /// (judging fails it). Fewer steps than the golden are returned as they are (judging fails the
 /// first missing one); steps other than step0..step{n-1} (as `read` takes them), more steps,
-/// other layers, unknown stage names, wrong shapes and unreadable files are refused with a
-/// GoldenError naming the dataset.
+/// other layers, unknown stage names, wrong shapes, a stage judged only with another that is
+/// missing (a scale without its codes, codes without their scale: unjudgeable_stage) and
+/// unreadable files are refused with a GoldenError naming the dataset.
 std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
                                       const ReadLimits& limits = {});
 

@@ -116,6 +116,9 @@ class File {
   void commit(const std::function<void(const std::string&)>& verify = {});
   /// The bytes commit() would write, from a file being built (nothing is written).
   std::string image() const;
+  /// The bytes commit() would write, the in-memory file closed (so the two are not held at
+  /// once): for a caller that writes them itself (files::StagedFiles).
+  std::string release_image();
   File(File&&) noexcept = default;
 
  private:

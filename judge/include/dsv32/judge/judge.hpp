@@ -58,7 +58,10 @@ struct Judgement {
 /// `partial`: the candidate may provide any subset of the stages (each layer's `output` and
 /// the steps in order from the first). A missing stage is "not provided", not a failure; a top-k
 /// row without the candidate's own qI8, omega and kI8 is judged against T0's scores; missing
-/// steps fail, naming the first. Without `partial` a missing stage fails.
+/// steps fail, naming the first. Without `partial` a missing stage fails. Either way every stage
+/// given is judged: a candidate with a stage that is judged only with another it lacks (a scale
+/// without its codes, codes without their scale: unjudgeable_stage) is refused with
+/// std::invalid_argument naming the step, layer and stage.
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp = 1,
                 bool partial = false);

@@ -29,6 +29,15 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
                                    const std::vector<StepTrace>& t0,
                                    const std::vector<StepTrace>& t1);
 
+/// A stage that is judged only together with another (TESTING.md): `qI8` and `omega` with
+/// `qI_scale`, `kI8` with `kI_scale`; a scale only through its codes (`qI_scale` through `qI8`
+/// or `omega`, `kI_scale` through `kI8`). Why one of `layer`'s stages, given alone, could not be
+/// judged ("kI_scale: provided without kI8; a scale is judged with its codes: provide kI8, or
+/// leave out kI_scale"), naming the first such stage in trace order, or "" when every stage
+/// given can be judged. A judge that skipped such a stage would pass it unseen (all-zero scales
+/// once passed), so a candidate with one is refused.
+std::string unjudgeable_stage(const LayerTrace& layer);
+
 /// The n of gamma_n in the fp32 gate of a stage of layer `layer` (-1: the step's output): the
 /// dot lengths along one layer's chain of products (input norm, qkv_a, q_b, uk, index scores,
 /// attention scores, P.V, uv, o_proj), once per layer up to and including this one. To first
