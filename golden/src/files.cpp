@@ -65,7 +65,16 @@ std::string temporary_name(const std::string& path) {
          ".tmp";
 }
 
+/// Commits under way, and a signal that came during one (to be raised when the last ends): a
+/// signal delivered to another thread (an OpenMP worker's mask is not the committing thread's)
+/// must not cut a commit short either.
+std::atomic<int> g_committing{0}, g_deferred{0};
+
 void on_signal(int sig) {
+  if (g_committing.load() > 0) {
+    g_deferred.store(sig);
+    return;
+  }
   remove_pending_files();
   std::signal(sig, SIG_DFL);
   std::raise(sig);
@@ -219,11 +228,13 @@ StagedFiles::File StagedFiles::add(const std::string& path, std::string_view byt
 
 void StagedFiles::commit() {
   if (committed_) return;
-  // A signal now would leave some files renamed and others not: it waits until the end.
+  // A signal now would leave some files renamed and others not: it waits until the end (blocked
+  // in this thread; deferred by the handler in any other).
   sigset_t block{}, old{};
   sigemptyset(&block);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
   ::pthread_sigmask(SIG_BLOCK, &block, &old);
+  g_committing.fetch_add(1);
   std::string error;
   for (const auto& e : entries_) {
     const std::string& path = e->file.path;
@@ -259,6 +270,8 @@ void StagedFiles::commit() {
     e.pending.reset();
   }
   committed_ = true;
+  if (g_committing.fetch_sub(1) == 1)
+    if (const int sig = g_deferred.exchange(0)) std::raise(sig);
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (!error.empty()) throw WriteError(error);
 }
