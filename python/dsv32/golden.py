@@ -106,8 +106,6 @@ class _Reader:
         self.path, self.left, self.skip_unread = path, max_bytes, skip_unread
 
     def tensor(self, d, finite):
-        if not isinstance(d, h5py.Dataset):
-            raise GoldenFileError(f"{self.path}:{d.name}: a group where a dataset belongs")
         need = 8 * math.prod(d.shape or (1,))
         if need > self.left:
             raise GoldenFileError(f"{self.path}:{d.name}: shape {d.shape} needs {need} bytes, "
@@ -124,11 +122,19 @@ class _Reader:
 
     def tensors(self, group, finite, prefix=""):
         out = {}
-        for name, item in group.items():
+        for name in group:
+            try:  # None for a link to nothing (h5py's items() yields it)
+                item = group.get(name)
+            except (KeyError, OSError, ValueError) as e:
+                raise GoldenFileError(f"{self.path}:{group.name.rstrip('/')}/{name}: "
+                                      f"cannot be opened: {e}") from None
             if isinstance(item, h5py.Group):
                 out.update(self.tensors(item, finite, f"{prefix}{name}/"))
                 continue
             try:
+                if not isinstance(item, h5py.Dataset):
+                    what = "a link to nothing" if item is None else "not a dataset"
+                    raise GoldenFileError(f"{self.path}:{group.name.rstrip('/')}/{name}: {what}")
                 out[prefix + name] = self.tensor(item, finite)
             except GoldenFileError:
                 if not self.skip_unread:

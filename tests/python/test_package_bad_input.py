@@ -389,3 +389,13 @@ def test_failure_text_of_a_passing_verdict_says_pass(small, torch_check):
 def test_the_plugin_refuses_a_device_that_is_not_here(tmp_path):
     rc, out = run_plugin(tmp_path, "--dsv32-golden", SMALL, "--dsv32-device", "bogus")
     assert rc == 4 and "--dsv32-device 'bogus'" in out, out[-2000:]
+
+
+def test_a_link_to_nothing_is_named_or_left_out(tmp_path):
+    """h5py yields None for a dangling link (it ended in AttributeError on a newer h5py): a
+    member the tool does not read is left out; without the tool it is named."""
+    path = edited(tmp_path, "ghost", lambda f: f["steps/step0/expected/layer0"].__setitem__(
+        "ghost", h5py.SoftLink("/nowhere")))
+    assert "layer0/ghost" not in dsv32.read_golden(path).steps[0].expected
+    with pytest.raises(dsv32.GoldenFileError, match="layer0/ghost: a link to nothing"):
+        dsv32.read_golden(path, validate_with_tool=False)
