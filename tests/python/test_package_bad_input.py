@@ -342,12 +342,14 @@ def test_paths_that_look_like_options_are_paths(tmp_path, small, monkeypatch):
     assert dsv32.judge("-c.h5", "--help").passed
 
 
-def test_an_unreadable_attribute_is_named(tmp_path):
+def test_an_unreadable_attribute_is_named_or_left_out(tmp_path):
     path = edited(tmp_path, "attr", lambda f: f.attrs.create(
         "generator", b"\xff\xfe", dtype=h5py.string_dtype("utf-8", 2)))
-    for validate in (True, False):
-        with pytest.raises(dsv32.GoldenFileError, match="generator"):
-            dsv32.read_golden(path, validate_with_tool=validate)
+    # The tool takes it (it reads the bytes), so the package leaves out what h5py cannot
+    # decode; without the tool the attribute is named.
+    assert "generator" not in dsv32.read_golden(path).attrs
+    with pytest.raises(dsv32.GoldenFileError, match="generator"):
+        dsv32.read_golden(path, validate_with_tool=False)
 
 
 @pytest.mark.parametrize("call, words", [
