@@ -142,7 +142,7 @@ void StackImpl<S>::sparse_mqa(int l) {
     // T batches, whichever rows are live: cuBLAS's choice of kernel may depend on the batch
     // count, and the device-driven variant cannot know T_a.
     check_blas(
-        cublasGemmStridedBatchedEx(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
+        blas().gemm_strided_batched(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
                                    cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb, beta, c,
                                    CUDA_R_32F, ldc, sc, T_, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
         what);
@@ -237,14 +237,14 @@ void StackImpl<S>::uv_gemm(int l, const S* olat, S* o, cudaStream_t s, const cha
   const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim, dv = cfg.v_head_dim;
   if (bypass_blas(op, "batched GEMM")) return;
   const float one = 1.f, zero = 0.f;
-  if (s != stream_) check_blas(cublasSetStream(blas_, s), "uv_proj stream");
+  if (s != stream_) check_blas(blas().set_stream(blas_, s), "uv_proj stream");
   // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
   // ld H L); W_UV[h] is rows dn .. dn + dv of head h's (dn + dv) x L block of w_kv_b.
-  const cublasStatus_t st = cublasGemmStridedBatchedEx(
+  const cublasStatus_t st = blas().gemm_strided_batched(
       blas_, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one, w_uv(l), cuda_type<S>(), L,
       static_cast<long long>(dn + dv) * L, olat, cuda_type<S>(), H * L, L, &zero, o, cuda_type<S>(),
       H * dv, dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT);
-  if (s != stream_) check_blas(cublasSetStream(blas_, stream_), "uv_proj stream");
+  if (s != stream_) check_blas(blas().set_stream(blas_, stream_), "uv_proj stream");
   check_blas(st, op);
 }
 

@@ -45,11 +45,11 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
   // captured, and two products running at once must not share a workspace.
   for (auto [handle, s, ws] :
        {std::tuple{&blas_, stream_, &workspace_}, std::tuple{&blas_aux_, aux_, &workspace_aux_}}) {
-    check_blas(cublasCreate(handle), "cublasCreate");
-    check_blas(cublasSetStream(*handle, s), "cublasSetStream");
-    check_blas(cublasSetMathMode(*handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    check_blas(blas().create(handle), "cublasCreate");
+    check_blas(blas().set_stream(*handle, s), "cublasSetStream");
+    check_blas(blas().set_math_mode(*handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
     *ws = zeros<std::uint8_t>(32u << 20);
-    check_blas(cublasSetWorkspace(*handle, (*ws)->get(), 32u << 20), "cublasSetWorkspace");
+    check_blas(blas().set_workspace(*handle, (*ws)->get(), 32u << 20), "cublasSetWorkspace");
   }
   if (opt.block_offset < 0 || opt.block_offset > INT32_MAX - static_cast<long long>(num_blocks))
     throw std::invalid_argument("gpu stack: block_offset " + std::to_string(opt.block_offset) +
@@ -98,8 +98,8 @@ template <class S>
 StackImpl<S>::~StackImpl() {
   captures_.clear();
   if (side_) cudaStreamDestroy(side_);
-  cublasDestroy(blas_aux_);
-  cublasDestroy(blas_);
+  if (blas_aux_) blas().destroy(blas_aux_);
+  if (blas_) blas().destroy(blas_);
   cudaEventDestroy(join_ev_);
   cudaEventDestroy(fork_ev_);
   cudaStreamDestroy(aux_);

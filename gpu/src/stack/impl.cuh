@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../buffers.cuh"
+#include "blas_api.hpp"
 #include "../kernels/index_scores.cuh"
 #include "../kernels/launch.cuh"
 #include "../kernels/params.cuh"

@@ -98,7 +98,7 @@ void StackImpl<S>::gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows
   }
   if (bypass_blas(op, "GEMM")) return;
   const float one = 1.f, zero = 0.f;
-  check_blas(cublasGemmEx(s == aux_ ? blas_aux_ : blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim,
+  check_blas(blas().gemm(s == aux_ ? blas_aux_ : blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim,
                           &one, w, cuda_type<S>(), kdim, x, cuda_type<S>(), ldx, &zero, y,
                           cuda_type<S>(), ldy, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
              op);
@@ -139,7 +139,7 @@ void StackImpl<S>::uk_absorb(int l) {
   }
   if (bypass_blas("uk_absorb", "batched GEMM")) return;
   const float one = 1.f, zero = 0.f;
-  check_blas(cublasGemmStridedBatchedEx(
+  check_blas(blas().gemm_strided_batched(
                  blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(), cuda_type<S>(),
                  L, static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(), H * dq, dq, &zero,
                  w.qpack->get(), cuda_type<S>(), H * (L + d.dr), L + d.dr, H, compute_type<S>(),
