@@ -141,11 +141,11 @@ void StackImpl<S>::sparse_mqa(int l) {
     if (bypass_blas("sparse_mqa", what)) return;
     // T batches, whichever rows are live: cuBLAS's choice of kernel may depend on the batch
     // count, and the device-driven variant cannot know T_a.
-    check_blas(
-        blas().gemm_strided_batched(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
-                                   cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb, beta, c,
-                                   CUDA_R_32F, ldc, sc, T_, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
-        what);
+    check_blas(blas().gemm_strided_batched(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
+                                           cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb,
+                                           beta, c, CUDA_R_32F, ldc, sc, T_, compute_type<S>(),
+                                           CUBLAS_GEMM_DEFAULT),
+               what);
   };
   const long long key_stride = static_cast<long long>(d.K) * W;
   batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,

@@ -24,8 +24,8 @@ void* open_library() {
     if (void* h = dlopen(configured.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
     why += "; " + std::string(dlerror());
   }
-  throw CudaError("cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) + " could not be loaded (" +
-                  soname + (configured.empty() ? "" : ", then " + configured) + "): " + why);
+  throw CudaError("cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) + " could not be loaded (" + soname +
+                  (configured.empty() ? "" : ", then " + configured) + "): " + why);
 }
 
 template <class F>

@@ -16,17 +16,17 @@ struct BlasApi {
   decltype(&cublasSetStream_v2) set_stream;
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSetWorkspace_v2) set_workspace;
-  cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int m, int n,
-                         int k, const void* alpha, const void* a, cudaDataType, int lda,
-                         const void* b, cudaDataType, int ldb, const void* beta, void* c,
-                         cudaDataType, int ldc, cublasComputeType_t, cublasGemmAlgo_t);
+  cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int m, int n, int k,
+                         const void* alpha, const void* a, cudaDataType, int lda, const void* b,
+                         cudaDataType, int ldb, const void* beta, void* c, cudaDataType, int ldc,
+                         cublasComputeType_t, cublasGemmAlgo_t);
   cublasStatus_t (*gemm_strided_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
                                          int m, int n, int k, const void* alpha, const void* a,
-                                         cudaDataType, int lda, long long stride_a,
-                                         const void* b, cudaDataType, int ldb,
-                                         long long stride_b, const void* beta, void* c,
-                                         cudaDataType, int ldc, long long stride_c, int batch,
-                                         cublasComputeType_t, cublasGemmAlgo_t);
+                                         cudaDataType, int lda, long long stride_a, const void* b,
+                                         cudaDataType, int ldb, long long stride_b,
+                                         const void* beta, void* c, cudaDataType, int ldc,
+                                         long long stride_c, int batch, cublasComputeType_t,
+                                         cublasGemmAlgo_t);
 };
 
 /// The loaded library's entry points; the first call loads it. Throws CudaError naming the

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "../buffers.cuh"
-#include "blas_api.hpp"
 #include "../kernels/index_scores.cuh"
 #include "../kernels/launch.cuh"
 #include "../kernels/params.cuh"
 #include "../kernels/topk_select.cuh"
+#include "blas_api.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/oracle.hpp"

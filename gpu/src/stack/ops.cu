@@ -99,8 +99,8 @@ void StackImpl<S>::gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows
   if (bypass_blas(op, "GEMM")) return;
   const float one = 1.f, zero = 0.f;
   check_blas(blas().gemm(s == aux_ ? blas_aux_ : blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim,
-                          &one, w, cuda_type<S>(), kdim, x, cuda_type<S>(), ldx, &zero, y,
-                          cuda_type<S>(), ldy, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                         &one, w, cuda_type<S>(), kdim, x, cuda_type<S>(), ldx, &zero, y,
+                         cuda_type<S>(), ldy, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
              op);
 }
 
