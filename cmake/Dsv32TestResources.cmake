@@ -34,4 +34,25 @@ function(dsv32_assign_gpus spec_file)
     endif()
     set_tests_properties("${name}" PROPERTIES RESOURCE_GROUPS "${groups}")
   endforeach()
+  dsv32_share_host(${gpus} ${slots} ${ARGN})
+endfunction()
+
+# dsv32_share_host(GPUS SLOTS NAME...): with a spec of GPUS GPUs of SLOTS slots, up to GPUS x
+# SLOTS tests run at once; each gets that share of the host's cores for its OpenMP threads (the
+# oracle's judging, torch's CPU work), with passive waits. Without the share each of them would
+# start a thread a core, and six tests on 16 cores ran 3x slower each (docs/DECISIONS.md). A
+# caller's OMP_NUM_THREADS wins; without a spec (GPUS 0) nothing changes.
+function(dsv32_share_host gpus slots)
+  if(gpus LESS 1 OR DEFINED ENV{OMP_NUM_THREADS})
+    return()
+  endif()
+  cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+  math(EXPR threads "${cores} / (${gpus} * ${slots})")
+  if(threads LESS 1)
+    set(threads 1)
+  endif()
+  foreach(name IN LISTS ARGN)
+    set_tests_properties("${name}" PROPERTIES ENVIRONMENT_MODIFICATION
+                         "OMP_NUM_THREADS=set:${threads};OMP_WAIT_POLICY=set:PASSIVE")
+  endforeach()
 endfunction()
