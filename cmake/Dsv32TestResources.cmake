@@ -3,7 +3,8 @@
 # spreads them over the GPUs of SPEC (docs/GPU.md). The test's main binds it to the GPUs CTest
 # assigns (tests/support/test_main.cpp).
 #
-# A test whose gtest name ends in `tp<N>` (N > 1; ctest's name may go on with "  # GetParam() = ...") needs N whole GPUs: N groups of every slot of a GPU.
+# A test whose gtest name ends in `tp<N>` (N > 1) needs N whole GPUs: N groups of every slot of
+# a GPU.
 # It gets them only when the spec at SPEC_FILE (what `dsv32 resource-spec` writes by default)
 # lists N GPUs; otherwise it gets none, runs alone on what it sees and skips itself, saying why.
 # Every other test needs one slot of one GPU. Without --resource-spec-file, ctest ignores groups.

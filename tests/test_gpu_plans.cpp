@@ -1,5 +1,6 @@
 // Boundary plans under real capture and replay (BOUNDARIES.md sections 2-3): segment structure,
-// capture runs no graph op, and every plan bitwise equal to `eager` over changing steps.
+// capture runs no graph op, and every plan bitwise equal to `eager` over changing steps. A test
+// over plans takes the plan as its name's last element: `ctest -R '/narrow$'` runs one plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,15 +14,20 @@
 #include "support/golden_cases.hpp"
 #include "support/gpu.hpp"
 #include "support/gpu_runs.hpp"
+#include "support/plan_params.hpp"
+#include "support/replay.hpp"
 
 namespace dsv32 {
 namespace {
 
-using testing::case_test_name;
 using testing::check_plans;
 using testing::committed_cases;
+using testing::compared_plans;
 using testing::fixture;
+using testing::gtest_safe;
 using testing::max_capture;
+using testing::plan_test_name;
+using testing::replay_line;
 using testing::run_plan;
 
 TEST(GpuPlans, SegmentStructureMatchesEachPlan) {
@@ -113,24 +119,41 @@ TEST(GpuPlans, OneStackKeepsTheFullAndThePiecewiseGraphOfOneSizeApart) {
   EXPECT_EQ(stack.capture_count(), 2);
 }
 
-/// Runs every step of a case under each plan on its own stack; all must equal `eager` bitwise.
-void expect_plans_bitwise_equal(const golden::GoldenCase& gc) {
+/// Runs every step of a case under `eager` and under `plan`, each on its own stack: equal bits.
+void expect_plan_bitwise_equal(const golden::GoldenCase& gc, const std::string& plan) {
   const std::vector<StepTrace> base =
       run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
-  for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks,
-                                                          gc.steps, boundary::plan_names(), base))
-    EXPECT_EQ(c.difference, "") << gc.case_id << " plan " << c.plan;
+  for (const gpu::PlanCheck& c :
+       gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks, gc.steps, {plan}, base))
+    EXPECT_EQ(c.difference, "") << gc.case_id << " plan " << c.plan << " (replay: " << replay_line()
+                                << ")";
 }
 
-class GpuPlanFixtures : public ::testing::TestWithParam<std::string> {};
+/// A committed golden under one plan: "GpuPlanFixtures.EqualsEagerBitwise/<case>/<plan>",
+/// registered for every committed case and compared plan.
+class GpuPlanFixture : public ::testing::Test {
+ public:
+  GpuPlanFixture(std::string name, std::string plan)
+      : name_(std::move(name)), plan_(std::move(plan)) {}
+  void TestBody() override {
+    DSV32_REQUIRE_GPU();
+    expect_plan_bitwise_equal(golden::read(fixture(name_)), plan_);
+  }
 
-TEST_P(GpuPlanFixtures, EveryPlanIsBitwiseEqualToEager) {
-  DSV32_REQUIRE_GPU();
-  expect_plans_bitwise_equal(golden::read(fixture(GetParam())));
-}
+ private:
+  std::string name_, plan_;
+};
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuPlanFixtures, ::testing::ValuesIn(committed_cases()),
-                         case_test_name);
+[[maybe_unused]] const bool kFixturePlansRegistered = [] {
+  for (const std::string& name : committed_cases())
+    for (const std::string& plan : compared_plans())
+      ::testing::RegisterTest(
+          "GpuPlanFixtures",
+          ("EqualsEagerBitwise/" + gtest_safe(name) + "/" + gtest_safe(plan)).c_str(), nullptr,
+          nullptr, __FILE__, __LINE__,
+          [=]() -> ::testing::Test* { return new GpuPlanFixture(name, plan); });
+  return true;
+}();
 
 TEST(GpuPlans, TopkUnderLargeTieGroupsIsValidAndTheSameAtEveryReplay) {
   // topk-stress: tie groups of hundreds of keys at the K-th place and crowded bins; the sets
@@ -204,7 +227,10 @@ TEST(GpuPlans, FarBlocksGiveTheNearBits) {
   }
 }
 
-TEST(GpuPlans, ReplayAfterShortContextCaptureHandlesContextsBeyondKAndChangingRequests) {
+/// Generated scenarios under one plan each: "Plans/GpuPlanSweeps.<test>/<plan>".
+class GpuPlanSweeps : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuPlanSweeps, ReplayAfterShortContextCaptureHandlesContextsBeyondKAndChangingRequests) {
   DSV32_REQUIRE_GPU();
   // One capture size (8) throughout: captured while contexts are short, replayed as they grow
   // past K, with T_a changing under the same T and requests joining and finishing.
@@ -214,7 +240,7 @@ TEST(GpuPlans, ReplayAfterShortContextCaptureHandlesContextsBeyondKAndChangingRe
                 {{{0, 1}, {2, 1}, {3, 1}}, 8, {}},
                 {{{0, 7}, {2, 1}}, 8, {}},
                 {{{0, 1}}, 8, {}}};
-  expect_plans_bitwise_equal(golden::generate(spec, "test"));
+  expect_plan_bitwise_equal(golden::generate(spec, "test"), GetParam());
 }
 
 /// Steps at capture sizes T of the vLLM list up to 512, each with T_a = T, T - 1 and 1 real
@@ -261,7 +287,7 @@ std::vector<StepInput> decode_steps(const Config& cfg, int num_blocks) {
   return steps;
 }
 
-TEST(GpuPlans, DecodeBatchesUpTo512UnderEveryPlan) {
+TEST_P(GpuPlanSweeps, DecodeBatchesUpTo512) {
   DSV32_REQUIRE_GPU();
   // The full graph's sweep: every capture size with its decode kernels over T rows, the live
   // rows read on the device.
@@ -271,18 +297,21 @@ TEST(GpuPlans, DecodeBatchesUpTo512UnderEveryPlan) {
   const std::vector<StepInput> steps = decode_steps(cfg, num_blocks);
   ASSERT_EQ(max_capture_size(steps), 512);
   for (std::size_t s = 1; s < steps.size(); ++s) ASSERT_TRUE(boundary::uniform_decode(steps[s]));
-  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, boundary::plan_names()), "");
+  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, {GetParam()}), "") << replay_line();
 }
 
-TEST(GpuPlans, TokenCountsUpTo512WithFewerRealTokensUnderEveryPlan) {
+TEST_P(GpuPlanSweeps, TokenCountsUpTo512WithFewerRealTokens) {
   DSV32_REQUIRE_GPU();
   const Config cfg = preset("tiny-fs");  // F S F, K = 8, blocks of 5
   const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 31));
   const int num_blocks = 3000 / cfg.block_size;  // every token of every step fits
   const std::vector<StepInput> steps = token_count_steps(cfg, num_blocks);
   ASSERT_EQ(max_capture_size(steps), 512);
-  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, boundary::plan_names()), "");
+  EXPECT_EQ(check_plans(cfg, w, num_blocks, steps, {GetParam()}), "") << replay_line();
 }
+
+INSTANTIATE_TEST_SUITE_P(Plans, GpuPlanSweeps, ::testing::ValuesIn(compared_plans()),
+                         plan_test_name);
 
 }  // namespace
 }  // namespace dsv32

@@ -7,8 +7,9 @@
 //   steps replay its full graph, its other steps the piecewise plan's, at the same sizes), and
 //   the oracle judges the whole run at the end.
 //
-// Reproduce a failure with the RC_PARAMS line RapidCheck prints; the case count follows
-// RC_PARAMS="max_success=N" (default 100).
+// The plan is each test's parameter, the last element of its name (`ctest -R '/narrow$'`), and
+// each plan gets the case count. Reproduce a failure with the RC_PARAMS line RapidCheck prints
+// and the test's replay line; the case count follows RC_PARAMS="max_success=N" (default 100).
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 #include <rapidcheck/state.h>
@@ -22,13 +23,11 @@
 #include "support/generators.hpp"
 #include "support/gpu.hpp"
 #include "support/gpu_runs.hpp"
+#include "support/plan_params.hpp"
 #include "support/runs.hpp"
 
 namespace dsv32 {
 namespace {
-
-const std::vector<std::string> kCapturePlans{"breakable-eager", "wide", "narrow",
-                                             "narrow-copy",     "full", "full-and-piecewise"};
 
 /// The capture size for T_a real tokens, `up` sizes above the smallest that fits (clipped).
 int padded_size(const std::vector<int>& sizes, int Ta, int up) {
@@ -62,12 +61,14 @@ std::vector<StepInput> batch_steps(const Config& cfg, int num_blocks,
   return steps;
 }
 
-TEST(GpuPlanProperty, EveryPlanGivesEagerBitsAndEagerMatchesTheOracle) {
+class GpuPlanProperty : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuPlanProperty, ThePlanGivesEagerBitsAndEagerMatchesTheOracle) {
   DSV32_REQUIRE_GPU();
-  const bool ok = rc::check("scenario x plan x capture size", [] {
+  const std::string plan = GetParam();
+  const bool ok = rc::check("scenario x capture size under " + plan, [&] {
     const Config cfg = *gen::config();
     const std::vector<gen::Req> reqs = *gen::batch();
-    const std::string plan = *rc::gen::elementOf(kCapturePlans);
     const int up = *rc::gen::inRange(0, 3);
     const Poison poison = *rc::gen::element(Poison::nan, Poison::huge);
     const int num_blocks = testing::blocks_for(cfg, reqs);
@@ -76,14 +77,17 @@ TEST(GpuPlanProperty, EveryPlanGivesEagerBitsAndEagerMatchesTheOracle) {
     const auto w = std::make_shared<const Weights>(Weights::generate(cfg, 41));
     std::string unjudgeable;
     const std::string bad = testing::check_plans(cfg, w, num_blocks, steps, {plan}, &unjudgeable);
-    RC_LOG() << "plan " << plan << ", " << steps.size() << " steps\n";
+    RC_LOG() << steps.size() << " steps\n";
     if (!bad.empty()) RC_FAIL(bad);
     // Bitwise equality held; the oracle cannot judge this scenario (TOLERANCES.md): discarded,
     // and RapidCheck fails the property if that happens too often.
     RC_PRE(unjudgeable.empty());
   });
-  EXPECT_TRUE(ok);
+  EXPECT_TRUE(ok) << testing::replay_line();
 }
+
+INSTANTIATE_TEST_SUITE_P(Plans, GpuPlanProperty, ::testing::ValuesIn(testing::capturing_plans()),
+                         testing::plan_test_name);
 
 // --- the stateful test ------------------------------------------------------------------------
 
@@ -300,11 +304,14 @@ struct Capture : Command {
   void show(std::ostream& os) const override { os << "Capture(T " << T << ")"; }
 };
 
-TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
+class GpuPlanStateful : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuPlanStateful, ReplaysFollowAChangingBatch) {
   DSV32_REQUIRE_GPU();
-  const bool ok = rc::check("capture / replay / add / finish / grow / change T_a / recapture", [] {
+  const std::string plan = GetParam();
+  const std::string what = "capture / replay / add / finish / grow / change T_a / recapture under ";
+  const bool ok = rc::check(what + plan, [&] {
     const Config cfg = *gen::config();
-    const std::string plan = *rc::gen::elementOf(kCapturePlans);
     Sut sut(cfg, plan);
     const Model m0 = model_for(sut.plan);
     const auto cmds = *rc::gen::resize(
@@ -312,7 +319,7 @@ TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
                 m0, rc::state::gen::execOneOfWithArgs<Admit, Admit, Decode, Grow,
                                                       SameSizeFewerTokens, Finish, Capture>()));
     rc::state::runAll(cmds, m0, sut);
-    RC_LOG() << "plan " << plan << ", " << sut.steps.size() << " steps\n";
+    RC_LOG() << sut.steps.size() << " steps\n";
     if (sut.steps.empty()) return;
     // The oracle as the model of the values: the whole eager run (equal to the plan's bits,
     // checked step by step above) within TESTING.md's gates.
@@ -322,8 +329,11 @@ TEST(GpuPlanStateful, ReplaysFollowAChangingBatch) {
       RC_FAIL(j.failures.front());
     RC_PRE(j.failures.empty());  // only vacuous gates: unjudgeable by the oracle, discarded
   });
-  EXPECT_TRUE(ok);
+  EXPECT_TRUE(ok) << testing::replay_line();
 }
+
+INSTANTIATE_TEST_SUITE_P(Plans, GpuPlanStateful, ::testing::ValuesIn(testing::capturing_plans()),
+                         testing::plan_test_name);
 
 }  // namespace
 }  // namespace dsv32

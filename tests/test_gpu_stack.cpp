@@ -27,7 +27,7 @@ using testing::fixture;
 using testing::max_capture;
 
 /// Runs every step of a case on the GPU and judges it; failures carry the replay command.
-std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::string& replay,
+std::vector<std::string> judge_case(const golden::GoldenCase& gc,
                                     const gpu::StackOptions& options = {}) {
   const std::vector<StepTrace> got =
       gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
@@ -36,7 +36,7 @@ std::vector<std::string> judge_case(const golden::GoldenCase& gc, const std::str
       judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, got);
   std::vector<std::string> bad;
   for (const std::string& f : j.failures)
-    bad.push_back(gc.case_id + " plan eager " + f + "  (replay: " + replay + ")");
+    bad.push_back(gc.case_id + " plan eager " + f + "  (replay: " + testing::replay_line() + ")");
   if (j.stages == 0) bad.push_back(gc.case_id + ": nothing was compared");
   return bad;
 }
@@ -46,8 +46,7 @@ class GpuEager : public ::testing::TestWithParam<std::string> {};
 TEST_P(GpuEager, MatchesTheOracleOnCommittedGolden) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::read(fixture(GetParam()));
-  const std::vector<std::string> bad =
-      judge_case(gc, "ctest -R 'GpuEager.*" + GetParam() + "' --output-on-failure");
+  const std::vector<std::string> bad = judge_case(gc);
   for (const std::string& b : bad) ADD_FAILURE() << b;
 }
 
@@ -63,8 +62,7 @@ TEST_P(GpuEagerCudaCoreScores, MatchesTheOracleOnCommittedGolden) {
   const golden::GoldenCase gc = golden::read(fixture(GetParam()));
   gpu::StackOptions options;
   options.index_mma = false;
-  const std::vector<std::string> bad = judge_case(
-      gc, "ctest -R 'GpuEagerCudaCoreScores.*" + GetParam() + "' --output-on-failure", options);
+  const std::vector<std::string> bad = judge_case(gc, options);
   for (const std::string& b : bad) ADD_FAILURE() << b;
 }
 
@@ -74,7 +72,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuEagerCudaCoreScores, ::testing::ValuesIn(c
 TEST(GpuEagerFull, Dsv32SizesMatchTheOracle) {
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::generate(golden::find_case("dsv32-full"), "test");
-  const std::vector<std::string> bad = judge_case(gc, "ctest -R GpuEagerFull --output-on-failure");
+  const std::vector<std::string> bad = judge_case(gc);
   for (const std::string& b : bad) ADD_FAILURE() << b;
 }
 

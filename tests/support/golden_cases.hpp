@@ -3,11 +3,11 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "dsv32/golden/golden.hpp"
+#include "support/replay.hpp"
 
 namespace dsv32::testing {
 
@@ -31,9 +31,7 @@ inline std::vector<std::string> committed_cases() {
 
 /// gtest-safe parameter name of a case ("ctx-around-k" -> "ctx_around_k").
 inline std::string case_test_name(const ::testing::TestParamInfo<std::string>& p) {
-  std::string n = p.param;
-  std::replace(n.begin(), n.end(), '-', '_');
-  return n;
+  return gtest_safe(p.param);
 }
 
 }  // namespace dsv32::testing

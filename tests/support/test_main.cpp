@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "replay.hpp"
+
 namespace {
 
 std::string env(const std::string& name) {
@@ -95,5 +97,18 @@ int main(int argc, char** argv) {
     }
   }
   ::testing::InitGoogleTest(&argc, argv);
+  // --dsv32_replay_lines: each test's ctest name and the replay line its failures print, a tab
+  // between (support/replay.hpp); checked against ctest by Tests.EveryReplayLineRunsExactlyItsTest.
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--dsv32_replay_lines") {
+      const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+      for (int s = 0; s < unit.total_test_suite_count(); ++s)
+        for (int t = 0; t < unit.GetTestSuite(s)->total_test_count(); ++t) {
+          const std::string name =
+              dsv32::testing::ctest_name(*unit.GetTestSuite(s)->GetTestInfo(t));
+          std::printf("%s\t%s\n", name.c_str(), dsv32::testing::replay_line(name).c_str());
+        }
+      return 0;
+    }
   return RUN_ALL_TESTS();
 }
