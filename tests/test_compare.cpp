@@ -169,6 +169,32 @@ TEST(Compare, Fp8CacheStepsUpFromABinadesBottomByItsQuantum) {
   EXPECT_FALSE(compare_fp8_cache(two_down, t0, t1, cols).pass);
 }
 
+TEST(Compare, Fp8CacheTakesTheRunsSpreadAsTheTilesFloor) {
+  // GpuPlanStateful, plan narrow (L = 10, bf16, fp8 cache, step 5 of 6, layer 1): one latent
+  // value cancelled in its projection (T0 -0.034 with the row's amax 1.9), the GPU 3 quanta
+  // from T0 while that row's T1 - T0 spread was a fraction of a quantum; the run's spread for
+  // the stage (another row's 0.06) is the noise T1 shows, and the floor of every tile's.
+  const int cols = 10;
+  const std::vector<double> codes = {448, 64, -64, 3, 100, -20, 8, 0.25, -448, 12};
+  const double scale = 1.9 / kE4m3Max;
+  std::vector<double> v(cols);
+  for (int i = 0; i < cols; ++i) v[i] = codes[i] * scale;
+  const Tensor t0 = Tensor::from("c", {1, cols}, v, DType::bfloat16);
+  Tensor t1 = t0;
+  t1.data[6] += 0.25 * scale;  // the row's own spread: a quarter of a quantum at code 8
+  Tensor got = t0;
+  got.data[6] = 11 * scale;  // three codes up from 8
+  EXPECT_FALSE(compare_fp8_cache(got, t0, t1, cols).pass);
+  const double run_spread = 0.06;  // 14 quanta at code 8: 2x covers three codes
+  EXPECT_TRUE(compare_fp8_cache(got, t0, t1, cols, 0.0, run_spread).pass);
+  Tensor far = t0;
+  far.data[6] = 8 * scale + 2 * run_spread + 2 * scale;  // two quanta past the widened slack
+  EXPECT_FALSE(compare_fp8_cache(far, t0, t1, cols, 0.0, run_spread).pass);
+  Tensor nan = t0;
+  nan.data[6] = std::nan("");
+  EXPECT_FALSE(compare_fp8_cache(nan, t0, t1, cols, 0.0, run_spread).pass);
+}
+
 TEST(Compare, Fp8CacheStepsUpFromABinadesBottomRoundedToFp32) {
   // GpuPlanProperty (L = 8 and 14): T0's code 64 against the GPU's 72 (and 2 against
   // 2.25), T1 = T0. T0's values are codes times the tile scale rounded to fp32, so the scale the

@@ -322,7 +322,7 @@ CompareResult compare_quantized(const Tensor& got_vals, const Tensor& got_scales
 }
 
 CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tensor& t1,
-                                std::int64_t tile, double rel) {
+                                std::int64_t tile, double rel, double spread_floor) {
   CompareResult r = measure(got, t0, 0.0, "one e4m3 quantum at tile scale + 2 * tile T1 spread");
   if (r.refused) return r;
   if (t1.shape != t0.shape || t0.shape.size() != 2 || tile < 1) {
@@ -347,6 +347,10 @@ CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tenso
         spread = std::max(spread, std::fabs(t1.data[k] - t0.data[k]));
       }
       const double scale = std::max(amax, 1e-30) / kE4m3Max;  // the cache's tile scale
+      // The floor widens a tile's spread at most to the vacuity cap of the stages computed from
+      // the cache (4 e4m3 quanta at the tile's max, TOLERANCES.md): widening alone never makes
+      // the gate vacuous.
+      spread = std::max(spread, std::min(spread_floor, 4 * e4m3_quantum(kE4m3Max) * scale));
       // T0's own tile scale: T0's values are codes on it (its amax is the code 448).
       const double scale0 = std::max(amax0, 1e-30) / kE4m3Max;
       for (std::int64_t c = c0; c < c1; ++c) {

@@ -51,9 +51,11 @@ double ulp_in(DType dt, double magnitude);
 /// twice the tile's T1 - T0 spread, plus `rel` (|T0| + the quantum): the candidate's own tile
 /// scale may differ from T0's by that relative amount (in fp32 precision T1 = T0 and the spread
 /// is 0, yet the GPU's fp32 amax is not T0's: a flipped code then measured 1 + 1e-7 quanta).
+/// A tile's spread is at least `spread_floor` (the run's largest T1 - T0 of the stage, as the
+/// bf16 gates take it: a row's few values can make T1's noise look smaller than it is).
 /// max_err is reported in quanta.
 CompareResult compare_fp8_cache(const Tensor& got, const Tensor& t0, const Tensor& t1,
-                                std::int64_t tile, double rel = 0.0);
+                                std::int64_t tile, double rel = 0.0, double spread_floor = 0.0);
 
 /// FlashAttention's floor in storage precision: 2 * max |(T0 + 0.3 - 0.3) - T0|, each op rounded.
 double fa_floor(const Tensor& t0, DType storage);
