@@ -21,11 +21,8 @@ int run(const ValidateOptions& o) {
   golden::ReadLimits limits;
   limits.max_bytes = o.max_gib * (1ull << 30);
   if (o.golden.empty()) {
-    for (const std::string& path : o.files) {
-      const golden::GoldenCase gc = golden::read(path, limits);
-      fmt::print("{}: a golden file: case {}, {} layers, {} steps, {} cache blocks\n", path,
-                 gc.case_id, gc.cfg.num_layers, gc.steps.size(), gc.num_blocks);
-    }
+    for (const std::string& path : o.files)
+      fmt::print("{}: a golden file: {}\n", path, golden::describe(path, limits));
     return kExitPass;
   }
   const golden::GoldenCase gc = golden::read(o.golden, limits);

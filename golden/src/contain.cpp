@@ -33,6 +33,17 @@ double virtual_bytes() {
 }  // namespace
 
 void contain(const std::string& path, const std::function<void()>& parse, double max_bytes) {
+  contain_report(
+      path,
+      [&] {
+        parse();
+        return std::string();
+      },
+      max_bytes);
+}
+
+std::string contain_report(const std::string& path, const std::function<std::string()>& parse,
+                           double max_bytes) {
   int fds[2];
   if (::pipe(fds) != 0) throw GoldenError(path + ": cannot make a pipe to read it safely");
   // The bounds, computed before fork (the child only reads and exits).
@@ -59,7 +70,7 @@ void contain(const std::string& path, const std::function<void()>& parse, double
     std::string message;
     int code = 0;
     try {
-      parse();
+      message = parse();
     } catch (const GoldenError& e) {
       message = e.what();
       code = 2;
@@ -113,7 +124,7 @@ void contain(const std::string& path, const std::function<void()>& parse, double
     throw GoldenError(path + ": the HDF5 library crashed (" + strsignal(WTERMSIG(status)) +
                       ") reading this file: the file is corrupt in a way its own checks miss");
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code == 0) return;
+  if (code == 0) return message;
   if (code == 3)
     throw GoldenError(path + ": reading this file would take more than the reader's memory bound " +
                       "(a damaged size inside the file?)");

@@ -433,6 +433,16 @@ GoldenCase read(const std::string& path, const ReadLimits& limits) {
   return read_here(path, limits);
 }
 
+std::string describe(const std::string& path, const ReadLimits& limits) {
+  const auto line = [&] {
+    const GoldenCase gc = read_here(path, limits);
+    return "case " + gc.case_id + ", " + std::to_string(gc.cfg.num_layers) + " layers, " +
+           std::to_string(gc.steps.size()) + " steps, " + std::to_string(gc.num_blocks) +
+           " cache blocks";
+  };
+  return limits.contain ? h5::contain_report(path, line, limits.max_bytes) : line();
+}
+
 std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
                                       const ReadLimits& limits) {
   if (limits.contain)

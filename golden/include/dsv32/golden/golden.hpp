@@ -74,6 +74,12 @@ std::string image(const std::string& path, const GoldenCase& c);
 /// and the dataset.
 GoldenCase read(const std::string& path, const ReadLimits& limits = {});
 
+/// Reads `path` as `read` does and says what it is ("case default, 3 layers, 4 steps, 64 cache
+/// blocks"), or throws as `read` does. Contained, the file is parsed once, in the child alone:
+/// `dsv32 validate` (which the Python package runs before every golden it reads) takes half
+/// of `read`'s time.
+std::string describe(const std::string& path, const ReadLimits& limits = {});
+
 /// A candidate's traces for `golden` (docs/CANDIDATE.md): `/steps/step{s}/expected/` of
 /// `path`, `layer{l}/{stage}` and `output`, from step 0 on. Any subset of a layer's stages (a
 /// missing stage is left out of the trace); `output` required; each tensor in any GOLDEN.md

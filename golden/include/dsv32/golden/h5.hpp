@@ -138,5 +138,9 @@ class File {
 /// signal, the time limit (10 s + 1 s per 5 MB) or the memory bound (`max_bytes` more than this
 /// process holds) when libhdf5 did not come back.
 void contain(const std::string& path, const std::function<void()>& parse, double max_bytes);
+/// The same, for a `parse` whose answer is all the caller needs: returns what it returned in
+/// the child (at most 64 KiB), so that the file is parsed once, not again in this process.
+std::string contain_report(const std::string& path, const std::function<std::string()>& parse,
+                           double max_bytes);
 
 }  // namespace dsv32::h5
