@@ -24,6 +24,17 @@ def ctest_tests(ctest, build):
     return [(t["name"], t.get("command", [])) for t in json.loads(out)["tests"]]
 
 
+def gtest_binary(command):
+    """The gtest binary a discovered test runs, or None: CMake 3.x runs `BINARY
+    --gtest_filter=...`, CMake 4 `cmake -D TEST_EXECUTABLE=BINARY ... -P LaunchTest.cmake`."""
+    for arg in command:
+        if arg.startswith("TEST_EXECUTABLE="):
+            return arg[len("TEST_EXECUTABLE="):]
+    if any(a.startswith("--gtest_filter=") for a in command):
+        return command[0]
+    return None
+
+
 def replay_lines(binary):
     run = subprocess.run([binary, "--dsv32_replay_lines"], capture_output=True, text=True,
                          timeout=120)
@@ -44,10 +55,12 @@ def main():
     names = [n for n, _ in tests]
     by_binary = {}
     for name, command in tests:
-        if any(a.startswith("--gtest_filter=") for a in command):
-            by_binary.setdefault(command[0], []).append(name)
+        if (binary := gtest_binary(command)) is not None:
+            by_binary.setdefault(binary, []).append(name)
     if not by_binary:
-        problems.append("ctest lists no gtest test: nothing to check")
+        sample = "; ".join(f"{n!r}: {c!r}" for n, c in tests[:2])
+        problems.append(f"ctest lists {len(tests)} tests, none a gtest (no --gtest_filter or "
+                        f"TEST_EXECUTABLE): nothing to check; first: {sample}")
     checked = 0
     for binary, own in sorted(by_binary.items()):
         lines = replay_lines(binary)
