@@ -65,6 +65,26 @@ def copy(base, name):
     return p
 
 
+def compressed_copy(base, name, compression):
+    """A copy of fixture `base` with every non-scalar dataset stored with `compression` (an h5py
+    filter: "gzip", "lzf"), attributes kept."""
+    path = os.path.join(SCRATCH, name + ".h5")
+
+    def clone(a, b):
+        b.attrs.update(a.attrs)
+        for key, item in a.items():
+            if isinstance(item, h5py.Group):
+                clone(item, b.create_group(key))
+            else:
+                ds = b.create_dataset(key, data=item[()],
+                                      compression=compression if item.shape else None)
+                ds.attrs.update(item.attrs)
+
+    with h5py.File(os.path.join(FIXTURES, base + ".h5"), "r") as src, h5py.File(path, "w") as dst:
+        clone(src, dst)
+    return path
+
+
 def edit(path, fn):
     with h5py.File(path, "r+") as f:
         fn(f)

@@ -9,13 +9,13 @@ the words that name the problem.
 usage: test_bad_input_cases.py FIXTURES_DIR SCRATCH_DIR   (DSV32_TOOL names the dsv32 tool)"""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bad_input_tool import DEFAULT, FIXTURES, SCRATCH, TOOL, bounded, copy, edit, expect, tool  # noqa: E402,E501
+from bad_input_tool import (DEFAULT, FIXTURES, SCRATCH, TOOL, bounded, compressed_copy,  # noqa: E402
+                            copy, edit, expect, tool)
 from checklist import check, finish  # noqa: E402
 
 import h5py  # noqa: E402
@@ -141,18 +141,7 @@ expect("a golden's config nested 50000 deep is named, not blamed on libhdf5",
        tool("diff", deep_config, DEFAULT), 2, "config JSON: nested deeper than 64")
 
 # Compressed datasets and a link to a golden are read, not called corrupt.
-gz = os.path.join(SCRATCH, "gzip.h5")
-with h5py.File(DEFAULT, "r") as src, h5py.File(gz, "w") as dst:
-    def clone(a, b):
-        b.attrs.update(a.attrs)
-        for name, item in a.items():
-            if isinstance(item, h5py.Group):
-                clone(item, b.create_group(name))
-            else:
-                ds = b.create_dataset(name, data=item[()],
-                                      compression="gzip" if item.shape else None)
-                ds.attrs.update(item.attrs)
-    clone(src, dst)
+gz = compressed_copy("default", "gzip", "gzip")
 expect("a golden with gzip-compressed datasets is read", tool("diff", gz, DEFAULT), 0, "agree")
 link = os.path.join(SCRATCH, "link.h5")
 os.symlink(os.path.abspath(DEFAULT), link)

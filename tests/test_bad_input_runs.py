@@ -16,10 +16,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bad_input_tool import DEFAULT, SCRATCH, TOOL, bounded, copy, edit, expect, tool  # noqa: E402
+from bad_input_tool import (DEFAULT, SCRATCH, TOOL, bounded, compressed_copy, copy, edit,  # noqa: E402
+                            expect, tool)
 from checklist import check, finish  # noqa: E402
 
-import h5py  # noqa: E402
 
 STEPS = [{"requests": [{"id": 0, "new_tokens": 3}]}]
 
@@ -163,17 +163,7 @@ for taken in ("second.h5", "second.candidate.json", "MANIFEST.json"):
     check(f"... and nothing is written ({taken})", snapshot(d) == {taken: "dir"}, snapshot(d))
 
 # E. A filter this libhdf5 cannot decode is named (h5py's lzf was called "truncated or corrupt").
-lzf = os.path.join(SCRATCH, "lzf.h5")
-with h5py.File(DEFAULT, "r") as src, h5py.File(lzf, "w") as dst:
-    def clone(a, b):
-        b.attrs.update(a.attrs)
-        for name, item in a.items():
-            if isinstance(item, h5py.Group):
-                clone(item, b.create_group(name))
-            else:
-                b.create_dataset(name, data=item[()], compression="lzf" if item.shape else None)
-                b[name].attrs.update(item.attrs)
-    clone(src, dst)
+lzf = compressed_copy("default", "lzf", "lzf")
 words = ("uses the HDF5 filter lzf (id 32000), which this libhdf5 cannot decode",
          "uncompressed or with gzip")
 expect("a golden compressed with lzf is refused naming the filter", tool("diff", lzf, DEFAULT), 2,
