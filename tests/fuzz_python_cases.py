@@ -315,9 +315,9 @@ def case_check(ctx, rng, d):
         v = dt.check(layer, g, mode=mode, device=device, dtype=dtype, out=out_path)
     except BaseException as e:  # noqa: BLE001
         why = unclear(e)
-        kept = isinstance(e, dt.LayerError) and "the candidate is kept: " in str(e)
-        if kept and not os.path.isfile(str(e).rsplit("the candidate is kept: ", 1)[1][:-1]):
-            why = "says its candidate is kept, and it is not there"
+        kept = isinstance(e, dt.LayerError) and e.candidate is not None
+        if kept and not (os.path.isfile(e.candidate) and e.candidate in str(e)):
+            why = "says its candidate is kept, and it is not there (or not named)"
         if not why and os.listdir(tmp) and not kept:
             why = f"refused, yet it left {os.listdir(tmp)} in the temporary folder"
         return what, "refused", why

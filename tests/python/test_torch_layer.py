@@ -7,6 +7,7 @@ installed package work as the README shows. Capture modes skip, with the reason,
 (ctest runs it as Python.TorchLayer*, with DSV32_FIXTURES and DSV32_SCRATCH set.)"""
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -131,6 +132,20 @@ def test_bad_layer_is_named(how, message):
     with pytest.raises(dt.LayerError) as e:
         dt.check(Wrong(g, how), g, "eager", "cpu")
     assert message in str(e.value)
+
+
+def test_a_scale_without_its_codes_is_refused_and_its_candidate_kept(monkeypatch):
+    """The layer records kI_scale but not kI8: the judge cannot judge the scale alone, so check()
+    raises LayerError naming it, and keeps the candidate it wrote (`e.candidate`)."""
+    g = golden("default")
+    record = dt.record
+    monkeypatch.setattr(dt, "record",
+                        lambda name, t: None if name.endswith("/kI8") else record(name, t))
+    with pytest.raises(dt.LayerError, match="kI_scale: provided without kI8") as e:
+        dt.check(Stack(g, "cpu"), g, "eager", "cpu")
+    assert e.value.candidate and os.path.isfile(e.value.candidate), e.value.candidate
+    assert e.value.candidate in str(e.value)
+    shutil.rmtree(os.path.dirname(e.value.candidate))
 
 
 def test_a_host_read_under_capture_is_named():

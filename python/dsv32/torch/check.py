@@ -21,7 +21,13 @@ SHAPE_KEYS = ("hidden_size", "num_heads", "q_lora_rank", "kv_lora_rank", "qk_nop
 
 class LayerError(RuntimeError):
     """The layer did something no candidate can be made of (it raised, returned the wrong
-    shape or dtype, or does not match the golden): the message names the step and stage."""
+    shape or dtype, or does not match the golden): the message names the step and stage.
+    `candidate` is the candidate file kept when the judge refused what the layer recorded
+    (named in the message too), else None."""
+
+    def __init__(self, message, candidate=None):
+        super().__init__(message)
+        self.candidate = candidate
 
 
 def _numpy(name, t, rows, where):
@@ -136,7 +142,7 @@ def check(layer, golden, mode="eager", device="cpu", dtype=torch.float64, out=No
         verdict = judge(out, g.path)
     except JudgeError as e:  # a stage the layer recorded that no candidate holds, say
         raise LayerError(f"the judge refuses what the layer recorded: {e} (the candidate is "
-                         f"kept: {out})") from None
+                         f"kept: {out})", candidate=out) from None
     if folder and verdict.passed:
         shutil.rmtree(folder, ignore_errors=True)
         out = None
