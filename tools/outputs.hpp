@@ -1,6 +1,6 @@
 // What a command writes must not collide (docs/BAD_INPUT.md, "Writes"): no two outputs on one
 // path, and no output over an input. Checked before any work, by every command; free of CLI11 so
-// that it is tested on its own (tests/test_writes.cpp).
+// that it is tested on its own (tests/golden/test_writes.cpp).
 #pragma once
 
 #include <filesystem>

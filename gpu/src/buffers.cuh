@@ -1,5 +1,5 @@
 // Device buffers made from host data and read back: the stack's allocations and uploads, and
-// the kernel probes' (tests/gpu_probes.cu).
+// the kernel probes' (tests/gpu/gpu_probes.cu).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, ".."))
+sys.path.insert(0, os.path.join(here, "..", "tools"))
 from checklist import check, finish  # noqa: E402
 
 EXAMPLES = os.path.join(here, "..", "..", "python", "examples")

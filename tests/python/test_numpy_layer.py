@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 sys.path.insert(0, os.path.join(here, "..", "..", "python", "examples"))
 import dsv32  # noqa: E402
 import numpy_layer  # noqa: E402
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 from checklist import check, finish  # noqa: E402
 
 FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]

@@ -1,4 +1,4 @@
-// Kernel probes of the GPU numerics tests (tests/gpu_probes.cu): single kernels run through
+// Kernel probes of the GPU numerics tests (tests/gpu/gpu_probes.cu): single kernels run through
 // their launchers, outside any stack. Host-only header.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Kernel probes of the GPU numerics tests (tests/test_gpu_numerics.cpp): single kernels of
+// Kernel probes of the GPU numerics tests (tests/gpu/test_gpu_numerics.cpp): single kernels of
 // indexer_topk run through their launchers on random inputs, against each other and against
 // exact host results.
 #include "support/gpu_probes.hpp"

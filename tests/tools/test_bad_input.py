@@ -226,7 +226,7 @@ expect("12. a missing --fixtures directory is a usage error",
        tool("selfcheck", "--fixtures", os.path.join(SCRATCH, "no-such-dir")), 2, "--fixtures")
 
 # Found in review: a candidate's members are numbered as strictly as a golden's steps.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import dsv32  # noqa: E402
 
 golden = dsv32.read_golden(DEFAULT)

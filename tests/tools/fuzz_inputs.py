@@ -33,7 +33,7 @@ except ImportError as e:
     print(f"skipped: {e} (install python3-h5py and python3-numpy)")
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dsv32  # noqa: E402
 from fuzz_cases_and_rows import case_file_mutation, malformed_topk_row, refused_or_whole  # noqa: E402,E501
@@ -415,7 +415,7 @@ def make_candidate(golden_path, out):
 def case_file_case(tool, fixtures, scratch, seed, index, rng):
     """A mutated case file (or its Hugging Face config) given to `golden --spec`: exit 0, 1 or
     2 within the bounds, and a refusal leaves nothing, a success whole files."""
-    hf_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "hf")
+    hf_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "hf")
     path, desc = case_file_mutation(rng, fixtures, hf_dir, scratch, index)
     out = os.path.join(scratch, f"case{index}.out")
     rc, secs, rss, err = run_measured(tool, ["golden", "--spec", path, "--out", out,

@@ -16,7 +16,7 @@ except ImportError as e:
     sys.exit(77)
 
 DOCS, SCRATCH = sys.argv[1], sys.argv[2]
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools", "plot_bench.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "plot_bench.py")
 os.makedirs(SCRATCH, exist_ok=True)
 
 

@@ -21,7 +21,7 @@ from checklist import check, finish  # noqa: E402
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import dsv32  # noqa: E402
 
 STEPS = [{"requests": [{"id": 0, "new_tokens": 3}]}]
