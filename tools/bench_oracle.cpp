@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "commands.hpp"
 #include "dsv32/golden/files.hpp"
@@ -68,7 +69,7 @@ StepInput make_step(const Config& cfg, int reqs, int ctx, int q) {
 }
 
 /// GEMM-shaped FLOPs of each op of one F layer for the step.
-std::vector<std::pair<std::string, double>> op_flops(const Config& c, const StepInput& in) {
+OpArray<double> op_flops(const Config& c, const StepInput& in) {
   const double T = in.capture_size, D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank,
                L = c.kv_lora_rank, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim,
                dv = c.v_head_dim, HI = c.index_n_heads, dI = c.index_head_dim;
@@ -78,15 +79,17 @@ std::vector<std::pair<std::string, double>> op_flops(const Config& c, const Step
     for (int i = 0; i < r.q; ++i)
       mqa += 2.0 * H * std::min(c.index_topk, r.ctx + i + 1) * (2 * L + dr);
   }
-  return {{"qkv_a_proj", 2 * T * D * c.qkv_a_rows()},
-          {"indexer_wk_proj", 2 * T * D * (dI + HI)},
-          {"q_b_proj", 2 * T * Rq * H * (dn + dr)},
-          {"uk_absorb", 2 * T * H * dn * L},
-          {"indexer_wq_b", 2 * T * Rq * HI * dI},
-          {"indexer_topk", topk},
-          {"sparse_mqa", mqa},
-          {"uv_proj", 2 * T * H * L * dv},
-          {"o_proj", 2 * T * H * dv * D}};
+  OpArray<double> f;
+  f[Op::qkv_a_proj] = 2 * T * D * c.qkv_a_rows();
+  f[Op::indexer_wk_proj] = 2 * T * D * (dI + HI);
+  f[Op::q_b_proj] = 2 * T * Rq * H * (dn + dr);
+  f[Op::uk_absorb] = 2 * T * H * dn * L;
+  f[Op::indexer_wq_b] = 2 * T * Rq * HI * dI;
+  f[Op::indexer_topk] = topk;
+  f[Op::sparse_mqa] = mqa;
+  f[Op::uv_proj] = 2 * T * H * L * dv;
+  f[Op::o_proj] = 2 * T * H * dv * D;
+  return f;
 }
 
 /// The largest decode case's cache, one oracle's (doubles): refused over --max-gib before the
@@ -152,14 +155,10 @@ void run(const BenchOracleOptions& o) {
         const double s = seconds_since(t0);
         step_s = std::min(step_s, s);
         mean_s += s / o.repeats;
-        for (const auto& [op, sec] : one.seconds) {
-          const auto it = std::find_if(prof.seconds.begin(), prof.seconds.end(),
-                                       [&](const auto& e) { return e.first == op; });
-          if (it == prof.seconds.end())
-            prof.seconds.emplace_back(op, sec);
-          else
-            it->second = std::min(it->second, sec);
-        }
+        for (const OpInfo& op : kOpTable)
+          prof.seconds[op.op] =
+              i == 0 ? one.seconds[op.op] : std::min(prof.seconds[op.op], one.seconds[op.op]);
+        prof.trace = i == 0 ? one.trace : std::min(prof.trace, one.trace);
       }
       double total_flops = 0;
       fmt::print("\n{} [{}]: {:.3f} s/step (best of {}; mean {:.3f}), {:.2f} ms/token\n", cs.name,
@@ -171,10 +170,12 @@ void run(const BenchOracleOptions& o) {
                         {"mean_step_s", mean_s},
                         {"tokens", in.num_tokens}};
       const auto flops = op_flops(cfg, in);
-      for (const auto& [op, sec] : prof.seconds) {
-        double f = 0;
-        for (const auto& [fo, fv] : flops)
-          if (fo == op) f = fv;
+      // The ops the oracle runs (the no-copy form), then the trace's copies.
+      std::vector<std::tuple<std::string, double, double>> rows;
+      for (const Op op : layer_ops(cfg, 0))
+        rows.emplace_back(op_name(op), prof.seconds[op], flops[op]);
+      rows.emplace_back("trace", prof.trace, 0.0);
+      for (const auto& [op, sec, f] : rows) {
         total_flops += f;
         const double rate = sec > 0 ? f / sec / 1e9 : 0;
         fmt::print("  {:<16} {:>10.2f} {:>10.3f} {:>10.1f} {:>7.0f}%\n", op, sec * 1e3, f / 1e9,

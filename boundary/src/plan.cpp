@@ -12,26 +12,22 @@ bool indexer_op(std::string_view op) {
 }  // namespace
 
 const std::vector<std::string>& op_names() {
-  static const std::vector<std::string> ops{
-      "input_norm", "qkv_a_proj",   "indexer_wk_proj", "norm_rope_cache", "q_b_proj",
-      "uk_absorb",  "indexer_wq_b", "fused_q",         "indexer_topk",    "sparse_mqa",
-      "uv_proj",    "latent_copy",  "uv_proj_static",  "o_proj",          "residual_add"};
+  static const std::vector<std::string> ops = [] {
+    std::vector<std::string> n;
+    for (const OpInfo& o : kOpTable) n.emplace_back(o.name);
+    return n;
+  }();
   return ops;
 }
 
 bool is_host_op(std::string_view op) {
-  return op == "indexer_topk" || op == "sparse_mqa" || op == "uv_proj" || op == "latent_copy";
-}
-
-const std::string& op_name(Op op) {
-  return op_names().at(static_cast<std::size_t>(op));
+  const std::optional<Op> o = find_op(op);
+  return o && is_host_op(*o);
 }
 
 Op op_of(std::string_view name) {
-  const auto& names = op_names();
-  const auto it = std::find(names.begin(), names.end(), name);
-  if (it == names.end()) throw PlanError("unknown op '" + std::string(name) + "'");
-  return static_cast<Op>(it - names.begin());
+  if (const std::optional<Op> op = find_op(name)) return *op;
+  throw PlanError("unknown op '" + std::string(name) + "'");
 }
 
 bool uniform_decode(const StepInput& in) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -348,6 +349,41 @@ void o_proj(const LayerContext& ctx, LayerTensors& t) {
 void residual_add(const LayerContext& ctx, const LayerTensors& t, Mat& h) {
   h += t.y;
   ctx.store(h);
+}
+
+void run_op(Op op, const LayerContext& ctx, LayerTensors& t, Mat& h, TopkRows& topk) {
+  switch (op) {
+    case Op::input_norm:
+      return input_norm(ctx, h, t);
+    case Op::qkv_a_proj:
+      return qkv_a_proj(ctx, t);
+    case Op::indexer_wk_proj:
+      return indexer_wk_proj(ctx, t);
+    case Op::norm_rope_cache:
+      return norm_rope_cache(ctx, t, topk);
+    case Op::q_b_proj:
+      return q_b_proj(ctx, t);
+    case Op::uk_absorb:
+      return uk_absorb(ctx, t);
+    case Op::indexer_wq_b:
+      return indexer_wq_b(ctx, t);
+    case Op::fused_q:
+      return fused_q(ctx, t);
+    case Op::indexer_topk:
+      return indexer_topk(ctx, t, topk);
+    case Op::sparse_mqa:
+      return sparse_mqa(ctx, topk, t);
+    case Op::uv_proj:
+      return uv_proj(ctx, t);
+    case Op::o_proj:
+      return o_proj(ctx, t);
+    case Op::residual_add:
+      return residual_add(ctx, t, h);
+    case Op::latent_copy:
+    case Op::uv_proj_static:
+      break;
+  }
+  throw std::logic_error("oracle: op " + op_name(op) + " is not of the no-copy form");
 }
 
 }  // namespace dsv32::detail

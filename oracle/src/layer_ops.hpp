@@ -1,5 +1,6 @@
 // The oracle's reference of one layer, one function per op of BOUNDARIES.md section 1 (the ops
-// the GPU stack runs), so that the two can be compared op by op. Oracle::step runs them in order.
+// the GPU stack runs), so that the two can be compared op by op. Oracle::step runs a layer's ops
+// (layer_ops) in order through run_op.
 #pragma once
 
 #include "dsv32/oracle/oracle.hpp"
@@ -55,5 +56,10 @@ void sparse_mqa(const LayerContext& ctx, const TopkRows& topk, LayerTensors& t);
 void uv_proj(const LayerContext& ctx, LayerTensors& t);
 void o_proj(const LayerContext& ctx, LayerTensors& t);
 void residual_add(const LayerContext& ctx, const LayerTensors& t, Mat& h);
+
+/// Runs `op` of the layer: the oracle's dispatch, one switch on Op, the shape of the GPU stack's.
+/// The no-copy form only (the copy form's ops compute the same values); throws
+/// std::logic_error for latent_copy and uv_proj_static.
+void run_op(Op op, const LayerContext& ctx, LayerTensors& t, Mat& h, TopkRows& topk);
 
 }  // namespace dsv32::detail

@@ -18,12 +18,11 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// Rows [0, Ta) of m as a tensor of shape (Ta, tail...).
-Tensor stage(std::string_view name, const Mat& m, int Ta, std::vector<std::int64_t> tail,
-             DType dt) {
+Tensor stage(Stage s, const Mat& m, int Ta, std::vector<std::int64_t> tail, DType dt) {
   std::vector<std::int64_t> shape{Ta};
   shape.insert(shape.end(), tail.begin(), tail.end());
   std::vector<double> data(m.data(), m.data() + static_cast<std::ptrdiff_t>(Ta) * m.cols());
-  return Tensor::from(std::string(name), std::move(shape), std::move(data), dt);
+  return Tensor::from(stage_name(s), std::move(shape), std::move(data), dt);
 }
 
 /// Attributes the wall time since the previous lap to the op just finished.
@@ -31,23 +30,23 @@ class Laps {
  public:
   explicit Laps(Profile* p) : p_(p), t_(std::chrono::steady_clock::now()) {}
   /// Charges the time since the last lap, less what went aside, to `op`.
-  void operator()(std::string_view op) {
+  void operator()(Op op) {
     if (!p_) return;
     const auto now = std::chrono::steady_clock::now();
-    p_->add(op, std::chrono::duration<double>(now - t_).count() - aside_);
+    p_->seconds[op] += std::chrono::duration<double>(now - t_).count() - aside_;
     t_ = now;
     aside_ = 0.0;
   }
-  /// Runs f and charges its time to `what` instead of the op in progress (the trace's copies
+  /// Runs f and charges its time to the trace instead of the op in progress (the trace's copies
   /// are the oracle's bookkeeping, not the op's arithmetic).
   template <class F>
-  void aside(std::string_view what, F&& f) {
+  void trace(F&& f) {
     if (!p_) return f();
     const auto a = std::chrono::steady_clock::now();
     f();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
     aside_ += s;
-    p_->add(what, s);
+    p_->trace += s;
   }
 
  private:
@@ -57,21 +56,6 @@ class Laps {
 };
 
 }  // namespace
-
-void Profile::add(std::string_view op, double s) {
-  for (auto& [name, sec] : seconds)
-    if (name == op) {
-      sec += s;
-      return;
-    }
-  seconds.emplace_back(std::string(op), s);
-}
-
-double Profile::get(std::string_view op) const {
-  for (const auto& [name, sec] : seconds)
-    if (name == op) return sec;
-  return 0.0;
-}
 
 void Oracle::synthesize_context(const StepInput& in, std::uint64_t seed) {
   const int L = cfg_.kv_lora_rank, E = cfg_.kv_entry_dim(), dI = cfg_.index_head_dim;
@@ -112,8 +96,16 @@ const Tensor& LayerTrace::at(std::string_view name) const {
   throw std::out_of_range("trace has no stage '" + std::string(name) + "'");
 }
 
+const Tensor* LayerTrace::find(Stage stage) const {
+  return find(stage_info(stage).name);
+}
+
+const Tensor& LayerTrace::at(Stage stage) const {
+  return at(stage_info(stage).name);
+}
+
 TopkRows topk_rows(const LayerTrace& lt) {
-  const Tensor& t = lt.at("topk");
+  const Tensor& t = lt.at(Stage::topk);
   TopkRows m(t.shape.at(0), t.shape.at(1));
   for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<int>(t.data[i]);
   return m;
@@ -125,12 +117,12 @@ StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace, bool 
   // A trace without a layer's sets (a candidate that does not provide them) leaves that layer
   // to select its own; one without its latent, to quantize its own.
   for (int l = 0; l < cfg.num_layers; ++l)
-    if (cfg.is_full_layer(l) && trace.layers.at(l).find("topk"))
+    if (cfg.is_full_layer(l) && trace.layers.at(l).find(Stage::topk))
       o.topk_override[l] = topk_rows(trace.layers.at(l));
   if (cache_codes && cfg.kv_cache == KvCache::fp8_ds_mla) {
     o.latent_override.resize(cfg.num_layers);
     for (int l = 0; l < cfg.num_layers; ++l) {
-      const Tensor* c = trace.layers.at(l).find("c");
+      const Tensor* c = trace.layers.at(l).find(Stage::c);
       if (!c) continue;
       const Eigen::Index rows = c->shape.at(0), cols = cfg.kv_lora_rank;
       for (Eigen::Index r = 0; r < rows; ++r)
@@ -204,8 +196,9 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
   for (std::int64_t s : in.slots)
     if (s >= static_cast<std::int64_t>(num_blocks_) * c.block_size)
       throw ScenarioError("slot " + std::to_string(s) + " outside the cache");
-  const auto dtype = [&](std::string_view s) {
-    return mode_ == Mode::exact && s != "topk" ? DType::float64 : storage_dtype(c, s);
+  const auto dtype = [&](Stage s) {
+    return mode_ == Mode::exact && stage_info(s).storage != Storage::int32 ? DType::float64
+                                                                           : storage_dtype(c, s);
   };
   Mat h = in.hidden;
   TopkRows topk = TopkRows::Constant(T, c.index_topk, -1);  // shared by the layers of a forward
@@ -215,66 +208,61 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     const detail::LayerContext ctx{c, w_->layers[l], indexer_kw_[l], caches_[l], in, opts, rope_,
                                    l, rounds_bf16()};
     detail::LayerTensors t;
-    // BOUNDARIES.md section 1, in order (the F-only ops return at once on S layers).
-    detail::input_norm(ctx, h, t);
-    lap("input_norm");
-    detail::qkv_a_proj(ctx, t);
-    lap("qkv_a_proj");
-    detail::indexer_wk_proj(ctx, t);
-    lap("indexer_wk_proj");
-    detail::norm_rope_cache(ctx, t, topk);
-    lap("norm_rope_cache");
-    detail::q_b_proj(ctx, t);
-    lap("q_b_proj");
-    detail::uk_absorb(ctx, t);
-    lap("uk_absorb");
-    detail::indexer_wq_b(ctx, t);
-    lap("indexer_wq_b");
-    detail::fused_q(ctx, t);
-    lap("fused_q");
-    detail::indexer_topk(ctx, t, topk);
-    lap("indexer_topk");
-    detail::sparse_mqa(ctx, topk, t);
-    lap("sparse_mqa");
-    detail::uv_proj(ctx, t);
-    lap("uv_proj");
-    detail::o_proj(ctx, t);
-    lap("o_proj");
-    detail::residual_add(ctx, t, h);
-    lap("residual_add");
+    for (const Op op : layer_ops(c, l)) {
+      detail::run_op(op, ctx, t, h, topk);
+      lap(op);
+    }
 
     // The layer's stages, in the stage table's order, rows [0, Ta).
     LayerTrace lt;
-    lap.aside("trace", [&] {
+    lap.trace([&] {
       const Mat kI_scale = Eigen::Map<const Mat>(t.kI_scale.data(), t.kI_scale.size(), 1);
       const Mat topk_values = topk.cast<double>();
-      const std::pair<const char*, const Mat*> mats[] = {{"q_c", &t.q_c},
-                                                         {"c", &t.c},
-                                                         {"kR", &t.kR},
-                                                         {"ql", &t.ql},
-                                                         {"qR", &t.qR},
-                                                         {"qI8", &t.qI},
-                                                         {"qI_scale", &t.qI_scale},
-                                                         {"kI8", &t.kI},
-                                                         {"kI_scale", &kI_scale},
-                                                         {"omega", &t.omega},
-                                                         {"topk", &topk_values},
-                                                         {"olat", &t.olat},
-                                                         {"lse", &t.lse},
-                                                         {"o", &t.o},
-                                                         {"y", &t.y}};
-      for (const std::string& name : layer_stage_names()) {
-        if (is_indexer_stage(name) && !c.is_full_layer(l)) continue;
-        const Mat* m = nullptr;
-        for (const auto& [n, p] : mats)
-          if (name == n) m = p;
-        if (!m) throw std::logic_error("oracle: no tensor for stage '" + name + "'");
-        lt.tensors.push_back(stage(name, *m, Ta, stage_tail(c, name), dtype(name)));
+      const auto mat = [&](Stage s) -> const Mat& {
+        switch (s) {
+          case Stage::q_c:
+            return t.q_c;
+          case Stage::c:
+            return t.c;
+          case Stage::kR:
+            return t.kR;
+          case Stage::ql:
+            return t.ql;
+          case Stage::qR:
+            return t.qR;
+          case Stage::qI8:
+            return t.qI;
+          case Stage::qI_scale:
+            return t.qI_scale;
+          case Stage::kI8:
+            return t.kI;
+          case Stage::kI_scale:
+            return kI_scale;
+          case Stage::omega:
+            return t.omega;
+          case Stage::topk:
+            return topk_values;
+          case Stage::olat:
+            return t.olat;
+          case Stage::lse:
+            return t.lse;
+          case Stage::o:
+            return t.o;
+          case Stage::y:
+            return t.y;
+          case Stage::output:
+            break;
+        }
+        throw std::logic_error("oracle: no tensor for stage " + stage_name(s));
+      };
+      for (const Stage s : layer_stages()) {
+        if (stage_info(s).indexer && !c.is_full_layer(l)) continue;
+        lt.tensors.push_back(stage(s, mat(s), Ta, stage_tail(c, s), dtype(s)));
       }
     });
     trace.layers.push_back(std::move(lt));
   }
-  trace.output = stage("output", h, Ta, stage_tail(c, "output"), dtype("output"));
+  trace.output = stage(Stage::output, h, Ta, stage_tail(c, Stage::output), dtype(Stage::output));
   return trace;
 }
 
@@ -315,8 +303,8 @@ IndexScores Oracle::index_scores(int layer, const StepInput& in, const LayerTrac
     keys.push_back(&cache.index_k(s, 0));
     kscale.push_back(cache.index_scale[s]);
   }
-  return index_score_row(&lt.at("qI8").data[static_cast<std::size_t>(t) * HI * dI],
-                         &lt.at("omega").data[static_cast<std::size_t>(t) * HI], HI, dI, keys,
+  return index_score_row(&lt.at(Stage::qI8).data[static_cast<std::size_t>(t) * HI * dI],
+                         &lt.at(Stage::omega).data[static_cast<std::size_t>(t) * HI], HI, dI, keys,
                          kscale);
 }
 

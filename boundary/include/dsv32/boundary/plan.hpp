@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/ops.hpp"
 #include "dsv32/oracle/scenario.hpp"
 
 namespace dsv32::boundary {
@@ -23,30 +24,14 @@ enum class Placement { graph, eager };
 
 /// The ops of one layer, in order (BOUNDARIES.md section 1); F-only ops are skipped on S layers,
 /// and a plan runs either `uv_proj` (no-copy form) or `latent_copy` + `uv_proj_static`.
+/// The op type and its table are the oracle's (dsv32/oracle/ops.hpp).
+using Op = dsv32::Op;
+using dsv32::is_host_op;
+using dsv32::op_name;
+/// op_names()[i] is op_name(Op(i)). gpu/ still calls this; use kOpTable.
 const std::vector<std::string>& op_names();
-/// Class H ops: host metadata or a backend-owned output decide their launch.
+/// Class H ops by name. gpu/ still calls this (tools/bench_gpu_ops.cpp); use is_host_op(Op).
 bool is_host_op(std::string_view op);
-
-/// The ops of op_names() as a type, in the same order.
-enum class Op {
-  input_norm,
-  qkv_a_proj,
-  indexer_wk_proj,
-  norm_rope_cache,
-  q_b_proj,
-  uk_absorb,
-  indexer_wq_b,
-  fused_q,
-  indexer_topk,
-  sparse_mqa,
-  uv_proj,
-  latent_copy,
-  uv_proj_static,
-  o_proj,
-  residual_add,
-};
-/// BOUNDARIES.md's name of `op`.
-const std::string& op_name(Op op);
 /// The op named `name`; throws PlanError for a name that is no op.
 Op op_of(std::string_view name);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/ops.hpp"
 #include "dsv32/oracle/rope.hpp"
 #include "dsv32/oracle/scenario.hpp"
 #include "dsv32/oracle/stages.hpp"
@@ -23,6 +24,8 @@ std::string_view to_string(Mode m);
 /// Named stage tensors of one layer, rows [0, T_a), in op order.
 struct LayerTrace {
   std::vector<Tensor> tensors;
+  const Tensor* find(Stage stage) const;
+  const Tensor& at(Stage stage) const;  // throws std::out_of_range naming it
   const Tensor* find(std::string_view name) const;
   const Tensor& at(std::string_view name) const;  // throws std::out_of_range naming it
 };
@@ -33,11 +36,10 @@ struct StepTrace {
   Tensor output;  // (T_a, D)
 };
 
-/// Seconds spent per op (BOUNDARIES.md names), accumulated over layers and steps.
+/// Seconds spent per op, accumulated over layers and steps.
 struct Profile {
-  std::vector<std::pair<std::string, double>> seconds;
-  void add(std::string_view op, double s);
-  double get(std::string_view op) const;
+  OpArray<double> seconds;
+  double trace = 0.0;  // copying the stages into the trace (bookkeeping, no op's arithmetic)
 };
 
 /// Index sets a caller imposes on F layers (e.g. the GPU's own), rows [0, T_a), -1 padded.
