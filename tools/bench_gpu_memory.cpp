@@ -75,7 +75,7 @@ MemoryRun measure_memory(const BenchGpuOptions& o, int layers, nlohmann::json& o
   const std::size_t before = gpu::device_used_bytes();
   gpu::Stack stack(cfg, w, blocks, o.memory_max_size, 0, nullptr, stack_options(o));
   run.statics = static_cast<double>(gpu::device_used_bytes() - before);
-  run.copy = static_cast<double>(stack.copy_form_bytes());
+  run.copy = static_cast<double>(stack.report().copy_form_bytes);
   fmt::print(
       "static buffers (weights, caches, inter-op tensors): {:.3f} GiB, of which the copy "
       "form's static latent {:.3f} GiB\n",
@@ -125,7 +125,7 @@ MemoryRun measure_memory(const BenchGpuOptions& o, int layers, nlohmann::json& o
     run.rows.push_back(r);
     show(r);
   }
-  j["captures_held"] = stack.capture_count();
+  j["captures_held"] = stack.report().captures;
   out["runs"].push_back(j);
   return run;
 }

@@ -23,6 +23,7 @@
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/stack_lab.hpp"
 #include "dsv32/gpu/tp.hpp"
 #endif
 
@@ -110,14 +111,14 @@ int run_per_op(const BenchGpuOptions& o) {
       const StepInput in =
           decode ? decode_step(cfg, T, o.context, blocks) : chunk_step(cfg, T, o.context, blocks);
       gpu::Stack stack(cfg, w, blocks, T, 0, nullptr, stack_options(o));
-      stack.synthesize_context(in);
-      times[T] = stack.time_ops(in, o.repeats, !o.per_op_eager);
-      layer_ms[T] = stack.time_step(boundary::plan_preset("eager", cfg), in, o.repeats);
+      stack.lab().synthesize_context(in);
+      times[T] = stack.lab().time_ops(in, o.repeats, !o.per_op_eager);
+      layer_ms[T] = stack.lab().time_step(boundary::plan_preset("eager", cfg), in, o.repeats);
       // The layer as vLLM runs it: captured, the narrow boundary's ops eager between segments.
-      narrow_ms[T] = stack.time_step(boundary::plan_preset("narrow", cfg), in, o.repeats);
+      narrow_ms[T] = stack.lab().time_step(boundary::plan_preset("narrow", cfg), in, o.repeats);
       if (decode) {  // full: one graph, the H ops device-driven
-        full_ms[T] = stack.time_step(boundary::plan_preset("full", cfg), in, o.repeats);
-        for (const auto& [op, ms] : stack.time_ops(in, o.repeats, !o.per_op_eager, true))
+        full_ms[T] = stack.lab().time_step(boundary::plan_preset("full", cfg), in, o.repeats);
+        for (const auto& [op, ms] : stack.lab().time_ops(in, o.repeats, !o.per_op_eager, true))
           if (boundary::is_host_op(op) && op != "latent_copy") device_ms[T][op] = ms;
       }
       for (const auto& [op, ms] : times[T]) {
@@ -208,9 +209,9 @@ int run_ablate(const BenchGpuOptions& o) {
     const int blocks = T * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
     const StepInput in = decode_step(cfg, T, o.context, blocks);
     gpu::Stack stack(cfg, w, blocks, T, 0, nullptr, stack_options(o));
-    stack.synthesize_context(in);
+    stack.lab().synthesize_context(in);
     std::vector<std::string> labels;
-    for (const std::string& l : stack.launch_labels(in))
+    for (const std::string& l : stack.lab().launch_labels(in))
       if (std::find(labels.begin(), labels.end(), l) == labels.end()) labels.push_back(l);
     // Eager and narrow us a step, and the host's us launching an eager step (a left-out
     // launch must not make the step host-bound, or its row measures the host).
@@ -218,11 +219,11 @@ int run_ablate(const BenchGpuOptions& o) {
       double eager, host, narrow;
     };
     const auto time_without = [&](const std::string& label) {
-      stack.skip_launch(label);
-      const double e = stack.time_step(eager, in, o.repeats) * 1e3;
-      const double h = stack.last_host_ms() * 1e3;
-      const double n = stack.time_step(narrow, in, o.repeats) * 1e3;
-      stack.skip_launch("");
+      stack.lab().skip_launch(label);
+      const double e = stack.lab().time_step(eager, in, o.repeats) * 1e3;
+      const double h = stack.lab().last_host_ms() * 1e3;
+      const double n = stack.lab().time_step(narrow, in, o.repeats) * 1e3;
+      stack.lab().skip_launch("");
       return Cell{e, h, n};
     };
     const auto first = time_without("");

@@ -23,6 +23,7 @@
 #if DSV32_HAVE_CUDA
 #include "dsv32/gpu/device.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/stack_lab.hpp"
 #include "dsv32/gpu/tp.hpp"
 #endif
 
@@ -83,11 +84,11 @@ int run_whatif(const BenchGpuOptions& o) {
     cases.push_back({fmt::format("decode T={}", n), decode_step(cfg, n, o.context, blocks)});
   for (int n : o.whatif_prefill)
     cases.push_back({fmt::format("prefill {}", n), chunk_step(cfg, n, 0, blocks)});
-  for (const Case& c : cases) stack.synthesize_context(c.in);
+  for (const Case& c : cases) stack.lab().synthesize_context(c.in);
   // Untimed, every cell once: the graphs captured and the GPU's clocks up before the first
   // timed cell (the first cell of a cold GPU read ~30% slow).
   for (const Case& c : cases)
-    for (const std::string& p : plans) stack.time_step(plan_of.at(p), c.in, 1);
+    for (const std::string& p : plans) stack.lab().time_step(plan_of.at(p), c.in, 1);
   fmt::print(stderr, "  contexts synthesized, every cell warmed up once: {:.1f} s\n", elapsed());
   nlohmann::json out{{"options", options_json(o)},
                      {"preset", o.preset},
@@ -99,7 +100,7 @@ int run_whatif(const BenchGpuOptions& o) {
                      {"graph_launch_us", o.graph_launch_us},
                      {"dispatch_us", o.dispatch_us},
                      {"plans", plans},
-                     {"copy_form_latent_bytes", stack.copy_form_bytes()}};
+                     {"copy_form_latent_bytes", stack.report().copy_form_bytes}};
   // The copy form against no-copy, each pair (copy plan, no-copy plan) per case and cost.
   const std::vector<std::pair<std::string, std::string>> copy_pairs = {
       {"narrow-copy", "narrow"}, {"full-and-piecewise:narrow-copy", "full-and-piecewise"}};
@@ -117,15 +118,15 @@ int run_whatif(const BenchGpuOptions& o) {
     for (const std::string& p : plans) rounds[p].assign(costs, {});
     for (int r = 0; r < o.whatif_rounds; ++r)
       for (std::size_t i = 0; i < costs; ++i) {
-        stack.set_host_costs(o.dispatch_us[i], o.graph_launch_us);
+        stack.lab().set_host_costs(o.dispatch_us[i], o.graph_launch_us);
         for (const std::string& p : plans) {
-          rounds[p][i].push_back(stack.time_step(plan_of.at(p), c.in, o.repeats));
+          rounds[p][i].push_back(stack.lab().time_step(plan_of.at(p), c.in, o.repeats));
           fmt::print(
               stderr, "  {}/{} cells: {}, round {}, {} us an eager op, {}: {:.3f} ms ({:.0f} s)\n",
               ++done, cells, c.name, r + 1, o.dispatch_us[i], p, rounds[p][i].back(), elapsed());
         }
       }
-    stack.set_host_costs(0, 0);
+    stack.lab().set_host_costs(0, 0);
     std::map<std::string, std::vector<double>> ms;
     for (const auto& [p, per_cost] : rounds)
       for (std::vector<double> v : per_cost) {
@@ -189,7 +190,7 @@ int run_whatif(const BenchGpuOptions& o) {
   fmt::print(
       "\ncells: ms per step (x: wide's time over the plan's, in the same run and cost); copy "
       "form's static latent {:.1f} MiB over the stack (docs/GPU.md, \"Device memory per plan\")\n",
-      static_cast<double>(stack.copy_form_bytes()) / (1024.0 * 1024.0));
+      static_cast<double>(stack.report().copy_form_bytes) / (1024.0 * 1024.0));
   if (!o.json.empty()) files::write_atomically(o.json, out.dump(2) + "\n");
   return kExitPass;
 }

@@ -85,8 +85,9 @@ int run(const GpuOptions& o) {
       {"steps_full", 0}, {"steps_piecewise", 0}, {"steps_eager", 0}, {"crowded_bin_rows", 0}};
   nlohmann::json served = nlohmann::json::array();
   std::string by_step;
-  for (std::size_t s = 0; s < group.served().size(); ++s) {
-    const gpu::Served& sv = group.served()[s];
+  const gpu::StackReport report = group.report();
+  for (std::size_t s = 0; s < report.served.size(); ++s) {
+    const gpu::Served& sv = report.served[s];
     using How = gpu::Served::How;
     ++counts[sv.how == How::full_graph        ? "steps_full"
              : sv.how == How::piecewise_graph ? "steps_piecewise"
@@ -101,7 +102,7 @@ int run(const GpuOptions& o) {
   fmt::print("  served: {} steps by a full graph, {} by a piecewise graph, {} eagerly ({})\n",
              counts["steps_full"], counts["steps_piecewise"], counts["steps_eager"], by_step);
   nlohmann::json paths = nlohmann::json::object();
-  for (const auto& [path, n] : group.kernel_paths()) {
+  for (const auto& [path, n] : report.kernel_paths) {
     const bool rows =
         std::find(std::begin(gpu::kTopkRowPathNames), std::end(gpu::kTopkRowPathNames), path) !=
         std::end(gpu::kTopkRowPathNames);

@@ -6,6 +6,7 @@
 
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/stack_lab.hpp"
 #include "dsv32/gpu/tp.hpp"
 #include "dsv32/judge/judge.hpp"
 
@@ -31,13 +32,14 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
       got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);
     } else {
       Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
-      stack.set_mutant(boundary::stack_switch(mutant));
+      stack.lab().set_mutant(boundary::stack_switch(mutant));
       if (plan.capture && !steps.empty())
         c.structure = stack.capture(plan, steps.front().capture_size).structure;
       for (const StepInput& in : steps) got.push_back(stack.run(plan, in));
-      c.captures = stack.capture_count();
+      const StackReport report = stack.report();
+      c.captures = report.captures;
       std::map<std::string, int> how;
-      for (const Served& sv : stack.served()) ++how[sv.how_text()];
+      for (const Served& sv : report.served) ++how[sv.how_text()];
       for (const auto& [kind, n] : how)
         c.served += (c.served.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
     }

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "dsv32/gpu/device.hpp"
+#include "dsv32/gpu/stack_lab.hpp"
 
 #if DSV32_HAVE_NCCL
 #include <nccl.h>
@@ -236,12 +237,8 @@ int TpGroup::size() const {
   return impl_->tp;
 }
 
-const std::vector<Served>& TpGroup::served() const {
-  return impl_->stacks.front()->served();
-}
-
-const std::map<std::string, long>& TpGroup::kernel_paths() const {
-  return impl_->stacks.front()->kernel_paths();
+StackReport TpGroup::report() const {
+  return impl_->stacks.front()->report();
 }
 
 StepTrace TpGroup::run(const boundary::Plan& plan, const StepInput& in) {
@@ -269,18 +266,14 @@ const std::vector<StepTrace>& TpGroup::rank_traces() const {
   return impl_->last;
 }
 
-int TpGroup::capture_count() const {
-  return impl_->stacks.front()->capture_count();
-}
-
 void TpGroup::synthesize_context(const StepInput& in) {
-  impl_->each_rank([&](int r) { impl_->stacks[r]->synthesize_context(in); });
+  impl_->each_rank([&](int r) { impl_->stacks[r]->lab().synthesize_context(in); });
 }
 
 double TpGroup::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   Impl& m = *impl_;
   std::vector<double> ms(m.tp, 0.0);
-  m.each_rank([&](int r) { ms[r] = m.stacks[r]->time_step(plan, in, repeats); });
+  m.each_rank([&](int r) { ms[r] = m.stacks[r]->lab().time_step(plan, in, repeats); });
   return *std::max_element(ms.begin(), ms.end());
 }
 
@@ -290,7 +283,7 @@ std::vector<StepTrace> run_steps_tp(const Config& cfg, const Weights& weights, i
   TpGroup group(cfg, weights, tp, num_blocks, max_capture_size(steps));
   std::vector<StepTrace> out;
   for (const StepInput& in : steps) out.push_back(group.run(plan, in));
-  if (captures) *captures = group.capture_count();
+  if (captures) *captures = group.report().captures;
   return out;
 }
 

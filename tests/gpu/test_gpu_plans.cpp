@@ -9,6 +9,7 @@
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/plan_check.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/stack_lab.hpp"
 #include "dsv32/judge/judge.hpp"
 #include "dsv32/oracle/compare.hpp"
 #include "support/golden_cases.hpp"
@@ -55,7 +56,7 @@ TEST(GpuPlans, CaptureRunsNoGraphOp) {
   for (const char* plan : {"narrow", "wide", "narrow-copy", "full", "full-and-piecewise"}) {
     stack.capture(boundary::plan_preset(plan, gc.cfg), 8);
     // The capture left ones in the residual stream; residual_add or any G op would change them.
-    for (double v : stack.residual(8)) ASSERT_EQ(v, 1.0) << plan;
+    for (double v : stack.lab().residual(8)) ASSERT_EQ(v, 1.0) << plan;
   }
 }
 
@@ -85,7 +86,7 @@ TEST(GpuPlans, OneStackKeepsTwoPlansOfOneCaptureSizeApart) {
     else
       EXPECT_TRUE(r.pass) << "step " << s << ": " << r.summary();
   }
-  EXPECT_EQ(stack.capture_count(), 2);
+  EXPECT_EQ(stack.report().captures, 2);
 }
 
 TEST(GpuPlans, OneStackKeepsTheFullAndThePiecewiseGraphOfOneSizeApart) {
@@ -116,7 +117,7 @@ TEST(GpuPlans, OneStackKeepsTheFullAndThePiecewiseGraphOfOneSizeApart) {
                         << (boundary::uniform_decode(steps[s]) ? " (uniform decode)" : " (mixed)")
                         << ": " << r.summary();
   }
-  EXPECT_EQ(stack.capture_count(), 2);
+  EXPECT_EQ(stack.report().captures, 2);
 }
 
 /// Runs every step of a case under `eager` and under `plan`, each on its own stack: equal bits.
@@ -169,7 +170,7 @@ TEST(GpuPlans, TopkUnderLargeTieGroupsIsValidAndTheSameAtEveryReplay) {
       judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, first);
   EXPECT_TRUE(j.failures.empty()) << j.failures.front();
   EXPECT_GE(j.coverage.largest_tie, 300);
-  const auto& paths = stack.kernel_paths();
+  const std::map<std::string, long> paths = stack.report().kernel_paths;
   ASSERT_TRUE(paths.count(gpu::kTopkCrowdedBinPath));
   EXPECT_GT(paths.at(gpu::kTopkCrowdedBinPath), 0);
   long rows = 0, want = 0;
@@ -201,9 +202,10 @@ TEST(GpuPlans, RowsPastTheRegisterBinsUnderEagerAndTheDispatchMode) {
   std::vector<StepTrace> got;
   for (const StepInput& in : gc.steps) got.push_back(stack.run(fp, in));
   EXPECT_EQ(first_difference(gc.cfg, eager, got), "");
-  ASSERT_EQ(stack.served().size(), 4u);
-  EXPECT_EQ(stack.served()[3].how, gpu::Served::How::full_graph);
-  const auto& paths = stack.kernel_paths();
+  const gpu::StackReport report = stack.report();
+  ASSERT_EQ(report.served.size(), 4u);
+  EXPECT_EQ(report.served[3].how, gpu::Served::How::full_graph);
+  const std::map<std::string, long> paths = stack.report().kernel_paths;
   EXPECT_TRUE(paths.count("top-k: general select (rows past 16384 keys)"));
   EXPECT_TRUE(paths.count("index scores: device-driven over the capped grid"));
 }

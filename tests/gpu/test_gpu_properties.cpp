@@ -203,7 +203,7 @@ struct StepCommand : Command {
     const StepTrace b = sut.planned.run(sut.plan, in);
     if (const std::string d = first_difference(sut.cfg, {a}, {b}); !d.empty())
       RC_FAIL("plan " + sut.plan.name + " differs from eager: " + d);
-    RC_ASSERT(sut.planned.capture_count() == m.captures_with(m.graph_of(reqs, T)));
+    RC_ASSERT(sut.planned.report().captures == m.captures_with(m.graph_of(reqs, T)));
     sut.steps.push_back(in);
     sut.traces.push_back(a);
   }
@@ -299,7 +299,7 @@ struct Capture : Command {
     sut.planned.capture(sut.plan, T);
     Model after = m;
     apply(after);
-    RC_ASSERT(sut.planned.capture_count() == static_cast<int>(after.captured.size()));
+    RC_ASSERT(sut.planned.report().captures == static_cast<int>(after.captured.size()));
   }
   void show(std::ostream& os) const override { os << "Capture(T " << T << ")"; }
 };

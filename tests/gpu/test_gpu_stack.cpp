@@ -13,6 +13,7 @@
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/stack.hpp"
+#include "dsv32/gpu/stack_lab.hpp"
 #include "dsv32/judge/judge.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
 #include "support/golden_cases.hpp"
@@ -121,7 +122,7 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
   for (std::size_t s = 0; s + 1 < gc.steps.size(); ++s) stack.step(gc.steps[s]);
   const StepInput& last = gc.steps.back();
-  const std::vector<std::string> labels = stack.launch_labels(last);
+  const std::vector<std::string> labels = stack.lab().launch_labels(last);
   ASSERT_FALSE(labels.empty());
   for (const std::string& l : labels) {
     const std::string op = l.substr(0, l.find(':'));
@@ -133,11 +134,11 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
   for (const char* want : {"input_norm:rmsnorm", "residual_add:residual_add"})
     EXPECT_NE(std::find(labels.begin(), labels.end(), want), labels.end()) << want;
   const StepTrace ref = stack.step(last);
-  stack.skip_launch("residual_add:residual_add");
+  stack.lab().skip_launch("residual_add:residual_add");
   const StepTrace without = stack.step(last);
   EXPECT_FALSE(compare_abs(without.output, ref.output, 0.0).pass)
       << "leaving residual_add out changed nothing";
-  stack.skip_launch("");
+  stack.lab().skip_launch("");
   const StepTrace again = stack.step(last);
   const CompareResult r = compare_abs(again.output, ref.output, 0.0);
   EXPECT_TRUE(r.pass) << "after skip_launch(\"\"): " << r.summary();
@@ -165,7 +166,7 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc), 0, nullptr, options);
       std::vector<StepTrace> out;
       for (const StepInput& in : gc.steps) out.push_back(stack.run(plan, in));
-      return std::tuple{out, stack.indexer_forks(), stack.indexer_leads()};
+      return std::tuple{out, stack.report().indexer_forks, stack.report().indexer_leads};
     };
     std::vector<boundary::Plan> plans;
     for (const std::string& plan : boundary::plan_names())
@@ -255,7 +256,7 @@ TEST(GpuHostCosts, AModelledDispatchCostChangesNoBits) {
     const boundary::Plan plan = boundary::plan_preset(name, gc.cfg);
     const auto run = [&](double op_us, double graph_us) {
       gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, max_capture(gc));
-      stack.set_host_costs(op_us, graph_us);
+      stack.lab().set_host_costs(op_us, graph_us);
       std::vector<StepTrace> out;
       for (const StepInput& in : gc.steps) out.push_back(stack.run(plan, in));
       return out;
@@ -263,8 +264,8 @@ TEST(GpuHostCosts, AModelledDispatchCostChangesNoBits) {
     EXPECT_EQ(first_difference(gc.cfg, run(0, 0), run(30, 10)), "") << name;
   }
   gpu::Stack stack(gc.cfg, gc.weights, gc.num_blocks, 8);
-  EXPECT_THROW(stack.set_host_costs(-1, 0), std::invalid_argument);
-  EXPECT_THROW(stack.set_host_costs(0, std::nan("")), std::invalid_argument);
+  EXPECT_THROW(stack.lab().set_host_costs(-1, 0), std::invalid_argument);
+  EXPECT_THROW(stack.lab().set_host_costs(0, std::nan("")), std::invalid_argument);
 }
 
 TEST(GpuMemory, TheCopyFormLatentIsEachLayersStaticLatent) {
@@ -276,7 +277,7 @@ TEST(GpuMemory, TheCopyFormLatentIsEachLayersStaticLatent) {
     const Config& c = gc.cfg;
     gpu::Stack stack(c, gc.weights, gc.num_blocks, 24);
     const std::size_t storage = c.precision == Precision::bf16 ? 2 : 4;
-    EXPECT_EQ(stack.copy_form_bytes(),
+    EXPECT_EQ(stack.report().copy_form_bytes,
               static_cast<std::size_t>(c.num_layers) * 24 * c.num_heads * c.kv_lora_rank * storage)
         << name;
   }

@@ -1,6 +1,6 @@
 // The layer's H ops (BOUNDARIES.md): indexer_topk's selection, the sparse_mqa backend and
 // uv_proj in both forms, each host-driven (launch shapes from T_a and the longest context) or,
-// for a device-driven plan (device_ops_), device-driven: launched over the capture size's T
+// for a device-driven plan (LaunchState::device_driven), device-driven: launched over the capture size's T
 // rows with the live rows, their contexts and the short-prefill decision read on the device
 // (k::Meta::live), so that a full graph replays them for any decode step. Both run the same
 // kernels on the same shapes, so their rows agree bitwise: the products of sparse_mqa run over
@@ -17,25 +17,18 @@
 namespace dsv32::gpu::stack {
 
 template <class S>
-void StackImpl<S>::indexer_topk(int l) {
-  if (device_ops_) {
-    indexer_topk_device(l);
+void StackImpl<S>::indexer_topk(int l, const LaunchState& st) {
+  if (st.device_driven) {
+    indexer_topk_device(l, st);
     return;
   }
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
-  const k::Meta m = meta();
+  const k::Meta m = meta(st);
   // Short-prefill shortcut: when every context fits in K the sets are 0..p and the scores are
-  // not needed (topk_select then takes its short path on every row, bit for bit). The mutant
-  // decides it once, at capture, and replays that decision.
-  bool shortcut = longest_ <= d.K;
-  if (mutant_ == Mutant::baked_short_prefill) {
-    if (in_capture_)
-      baked_short_[l] = shortcut;
-    else if (const auto it = baked_short_.find(l); it != baked_short_.end())
-      shortcut = it->second;
-  }
-  const k::Launch launch = go("indexer_topk", indexer_stream());
+  // not needed (topk_select then takes its short path on every row, bit for bit).
+  const bool shortcut = faults_.short_prefill(l, longest_ <= d.K, st);
+  const k::Launch launch = go("indexer_topk", indexer_stream(st));
   if (Ta_ == 0) return;
   const k::IndexScoreKernel kernel =
       k::choose_index_scores(d, Ta_, longest_, sms_, options.index_mma);
@@ -45,24 +38,24 @@ void StackImpl<S>::indexer_topk(int l) {
     k::launch_index_scores(launch, kernel, d, m, w.q8->get(), w.omega->get(), w.index,
                            scores_->get(), max_len_, Ta_, longest_);
   k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, Ta_,
-                        topk_->get(), topk_fault(), topk_paths_->get());
+                        topk_->get(), faults_.topk_fault(), topk_paths_->get());
 }
 
 /// Device-driven: scores over the whole cache's positions (a block loops over the chunks past
 /// the capped grid: about 16 blocks an SM), the live rows and the decision on the device.
 template <class S>
-void StackImpl<S>::indexer_topk_device(int l) {
+void StackImpl<S>::indexer_topk_device(int l, const LaunchState& st) {
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
-  const k::Meta m = meta();
-  const k::Launch launch = go("indexer_topk", indexer_stream());
+  const k::Meta m = meta(st);
+  const k::Launch launch = go("indexer_topk", indexer_stream(st));
   const int cap = std::max(1, 16 * sms_ / T_);
-  if (!in_capture_ && Ta_ > 0) note_device_paths(1);  // run eagerly (bisect's every-op-eager)
+  if (!st.capturing && Ta_ > 0) note_device_paths(1);  // run eagerly (bisect's every-op-eager)
   k::launch_index_scores(launch, k::choose_index_scores(d, T_, max_len_, sms_, options.index_mma),
                          d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, T_,
                          max_len_, 0, cap);
   k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, T_, topk_->get(),
-                        topk_fault(), topk_paths_->get());
+                        faults_.topk_fault(), topk_paths_->get());
 }
 
 /// The score kernel's path (Stack::kernel_paths).
@@ -96,37 +89,30 @@ void StackImpl<S>::note_device_paths(int layers) {
   note(topk_path(), layers);
 }
 
-/// The top-k select's planted bug, where a mutant plants one.
 template <class S>
-k::TopkFault StackImpl<S>::topk_fault() const {
-  return mutant_ == Mutant::topk_bin_overflow ? k::TopkFault::bin_overflow
-         : mutant_ == Mutant::topk_edge       ? k::TopkFault::edge
-                                              : k::TopkFault::none;
-}
-
-template <class S>
-void StackImpl<S>::sparse_mqa(int l) {
+void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
   const int H = d.H, L = d.L;
   // The rows the kernels launch over: T_a, or device-driven the capture size (the live rows
   // read on the device).
-  const int launch_rows = device_ops_ ? T_ : Ta_;
+  const int launch_rows = st.device_driven ? T_ : Ta_;
   // The backend returns its output in a buffer it owns; the address rotates call to call. A
   // full graph's backend writes one static buffer (as FlashMLA under a full graph).
-  S* olat = ring_[device_ops_ ? 0 : ring_next_]->get();
-  if (!device_ops_) ring_next_ = (ring_next_ + 1) % ring_.size();
+  S* olat = ring_[st.device_driven ? 0 : ring_next_]->get();
+  if (!st.device_driven) ring_next_ = (ring_next_ + 1) % ring_.size();
   backend_olat_ = olat;
-  if (mutant_ == Mutant::unjoined_stream && eager_segment_)  // a slow backend: the race is certain
-    k::launch_spin(stream_, 2'000'000);
+  const k::Meta m = meta(st);
+  faults_.before_backend(streams_.main(), st);
   // The gather reads only the top-k rows and the cache (written before the fork): with the
   // indexer's stream still open it runs there, after the select, and the join follows it.
   if (launch_rows > 0)
-    k::launch_mqa_gather(go("sparse_mqa", forked_ ? aux_ : stream_), d, meta(), launch_rows, w.kv,
+    k::launch_mqa_gather(go("sparse_mqa", streams_.forked() ? streams_.aux() : streams_.main()), d,
+                         m, launch_rows, w.kv,
                          topk_->get(), mqa_keys_->get(),
                          (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
                          w.topk_trace->get());
-  join_side();  // the gathered keys (a no-op when never forked)
+  streams_.join(st);  // the gathered keys (a no-op when never forked)
   if (launch_rows == 0) return;
   // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr (cuBLAS is
   // column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major view and qpack_t a
@@ -138,10 +124,10 @@ void StackImpl<S>::sparse_mqa(int l) {
   const auto batched = [&](cublasOperation_t ta, int rows, int cols, int depth, const float* alpha,
                            const S* a, int lda, long long sa, const S* b, int ldb, long long sb,
                            const float* beta, float* c, int ldc, long long sc, const char* what) {
-    if (bypass_blas("sparse_mqa", what)) return;
+    if (ablation_.skip_blas("sparse_mqa", what)) return;
     // T batches, whichever rows are live: cuBLAS's choice of kernel may depend on the batch
     // count, and the device-driven variant cannot know T_a.
-    check_blas(blas().gemm_strided_batched(blas_, ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
+    check_blas(blas().gemm_strided_batched(streams_.handle(streams_.main()), ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
                                            cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb,
                                            beta, c, CUDA_R_32F, ldc, sc, T_, compute_type<S>(),
                                            CUBLAS_GEMM_DEFAULT),
@@ -150,38 +136,34 @@ void StackImpl<S>::sparse_mqa(int l) {
   const long long key_stride = static_cast<long long>(d.K) * W;
   batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,
           static_cast<long long>(H) * W, &zero, mqa_z_->get(), d.K, HK, "sparse_mqa scores");
-  k::launch_mqa_softmax(go("sparse_mqa"), d, meta(), launch_rows, topk_->get(), mqa_z_->get(),
+  k::launch_mqa_softmax(go("sparse_mqa"), d, m, launch_rows, topk_->get(), mqa_z_->get(),
                         mqa_p_->get(), mqa_ml_->get());
   // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
   batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
           mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
   // The gather and the finish also write the trace copies (not part of the op's contract):
   // this layer's sets and latent.
-  k::launch_mqa_finish(go("sparse_mqa"), d, meta(), launch_rows, mqa_acc_->get(), mqa_ml_->get(),
+  k::launch_mqa_finish(go("sparse_mqa"), d, m, launch_rows, mqa_acc_->get(), mqa_ml_->get(),
                        olat, w.olat_trace->get(), w.lse->get());
 }
 
 /// The no-copy form: backend rows [0, T_a) into o.
 template <class S>
-void StackImpl<S>::uv_proj(int l) {
+void StackImpl<S>::uv_proj(int l, const LaunchState& st) {
   LayerDev<S>& w = layers_[l];
   const int Ta = Ta_, H = cfg.num_heads, dv = cfg.v_head_dim;
   S* out = w.o->get();
-  if (device_ops_) {  // all T rows into the output: a padded row's values are not read
+  if (st.device_driven) {  // all T rows into the output: a padded row's values are not read
     o_ptr_[l] = out;
     if (uv_gemv(backend_olat_))
-      uv_small(l, T_, backend_olat_, out, stream_, "uv_proj");
+      uv_small(l, T_, backend_olat_, out, streams_.main(), "uv_proj");
     else
-      uv_gemm(l, backend_olat_, out, stream_, "uv_proj");
+      uv_gemm(l, backend_olat_, out, streams_.main(), "uv_proj");
     return;
   }
-  if (mutant_ == Mutant::fresh_output) {  // a new buffer every call, handed on by pointer
-    fresh_.push_back(detail::zeros<S>(static_cast<std::size_t>(max_tokens_) * H * dv));
-    out = fresh_.back()->get();
-  }
-  o_ptr_[l] = out;
-  // Mutant: an eager segment's op on a side stream, joined with nothing.
-  const cudaStream_t s = mutant_ == Mutant::unjoined_stream && eager_segment_ ? side_ : stream_;
+  out = faults_.uv_output(out, static_cast<std::size_t>(max_tokens_) * H * dv);
+  o_ptr_[l] = out;  // handed on by pointer
+  const cudaStream_t s = faults_.uv_stream(streams_.main(), st);
   if (Ta == 0) return;
   if (uv_gemv(backend_olat_)) {
     uv_small(l, Ta, backend_olat_, out, s, "uv_proj");
@@ -198,9 +180,9 @@ template <class S>
 void StackImpl<S>::uv_proj_static(int l) {
   LayerDev<S>& w = layers_[l];
   if (uv_gemv(w.olat_static->get()))
-    uv_small(l, T_, w.olat_static->get(), w.o->get(), stream_, "uv_proj_static");
+    uv_small(l, T_, w.olat_static->get(), w.o->get(), streams_.main(), "uv_proj_static");
   else
-    uv_gemm(l, w.olat_static->get(), w.o->get(), stream_, "uv_proj_static");
+    uv_gemm(l, w.olat_static->get(), w.o->get(), streams_.main(), "uv_proj_static");
 }
 
 /// uv_proj's product o[t, h, :] = olat[t, h, :] W_UV[h]^T. Up to capture size k::kGemvMaxRows
@@ -235,16 +217,18 @@ void StackImpl<S>::uv_small(int l, int rows, const S* olat, S* out, cudaStream_t
 template <class S>
 void StackImpl<S>::uv_gemm(int l, const S* olat, S* o, cudaStream_t s, const char* op) {
   const int H = cfg.num_heads, L = cfg.kv_lora_rank, dn = cfg.qk_nope_head_dim, dv = cfg.v_head_dim;
-  if (bypass_blas(op, "batched GEMM")) return;
+  if (ablation_.skip_blas(op, "batched GEMM")) return;
   const float one = 1.f, zero = 0.f;
-  if (s != stream_) check_blas(blas().set_stream(blas_, s), "uv_proj stream");
+  const cudaStream_t main = streams_.main();
+  const cublasHandle_t handle = streams_.handle(main);
+  if (s != main) check_blas(blas().set_stream(handle, s), "uv_proj stream");
   // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
   // ld H L); W_UV[h] is rows dn .. dn + dv of head h's (dn + dv) x L block of w_kv_b.
   const cublasStatus_t st = blas().gemm_strided_batched(
-      blas_, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one, w_uv(l), cuda_type<S>(), L,
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one, w_uv(l), cuda_type<S>(), L,
       static_cast<long long>(dn + dv) * L, olat, cuda_type<S>(), H * L, L, &zero, o, cuda_type<S>(),
       H * dv, dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT);
-  if (s != stream_) check_blas(blas().set_stream(blas_, stream_), "uv_proj stream");
+  if (s != main) check_blas(blas().set_stream(handle, main), "uv_proj stream");
   check_blas(st, op);
 }
 

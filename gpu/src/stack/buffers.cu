@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 
 #include "../kernels/cache.cuh"
 #include "../kernels/index_scores.cuh"
@@ -18,39 +17,20 @@ using detail::to_storage;
 using detail::upload;
 using detail::zeros;
 
-void check_blas(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw CudaError(std::string(what) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
-}
-
 template <class S>
 StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int max_tokens, int dev,
                         RankGather* gather, const StackOptions& opt)
-    : num_blocks_(num_blocks), max_tokens_(max_tokens), rope_(c), gather_(gather) {
+    : num_blocks_(num_blocks),
+      max_tokens_(max_tokens),
+      rope_(c),
+      gather_(gather),
+      faults_(c, std::max(max_tokens, 1)) {
   cfg = c;
   options = opt;
   device = dev;
   cfg.validate();
   w.check_shapes(cfg);
   if (max_tokens < 1) throw std::invalid_argument("gpu stack: max_tokens must be >= 1");
-  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  // The indexer's stream (streams.cu): the highest priority, so that its latency-bound kernels
-  // get SMs as the projections on the main stream free them.
-  int least = 0, greatest = 0;
-  check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
-  check(cudaStreamCreateWithPriority(&aux_, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
-  check(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming), "cudaEventCreate");
-  check(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming), "cudaEventCreate");
-  // A handle and a fixed workspace per stream: cuBLAS allocates nothing while a stream is
-  // captured, and two products running at once must not share a workspace.
-  for (auto [handle, s, ws] :
-       {std::tuple{&blas_, stream_, &workspace_}, std::tuple{&blas_aux_, aux_, &workspace_aux_}}) {
-    check_blas(blas().create(handle), "cublasCreate");
-    check_blas(blas().set_stream(*handle, s), "cublasSetStream");
-    check_blas(blas().set_math_mode(*handle, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-    *ws = zeros<std::uint8_t>(32u << 20);
-    check_blas(blas().set_workspace(*handle, (*ws)->get(), 32u << 20), "cublasSetWorkspace");
-  }
   if (opt.block_offset < 0 || opt.block_offset > INT32_MAX - static_cast<long long>(num_blocks))
     throw std::invalid_argument("gpu stack: block_offset " + std::to_string(opt.block_offset) +
                                 " puts block ids past 2^31 - 1");
@@ -62,9 +42,7 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
   topk_paths_ = zeros<int>(k::kTopkRowPaths);
   for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
   positions_ = zeros<int>(T);
-  positions_snapshot_ = zeros<int>(T);
   live_ = zeros<int>(T + 3);
-  live_capture_ = zeros<int>(T + 3);
   for (auto& ld : layers_) o_ptr_.push_back(ld.o->get());
   slots_ = zeros<long long>(T);
   request_of_token_ = zeros<int>(T);
@@ -96,14 +74,7 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
 
 template <class S>
 StackImpl<S>::~StackImpl() {
-  captures_.clear();
-  if (side_) cudaStreamDestroy(side_);
-  if (blas_aux_) blas().destroy(blas_aux_);
-  if (blas_) blas().destroy(blas_);
-  cudaEventDestroy(join_ev_);
-  cudaEventDestroy(fork_ev_);
-  cudaStreamDestroy(aux_);
-  cudaStreamDestroy(stream_);
+  captures_.clear();  // before the streams they were captured on
 }
 
 template <class S>
@@ -115,9 +86,9 @@ void StackImpl<S>::synthesize_context(const StepInput& in) {
     if (r.ctx == 0) continue;
     const auto table = upload(r.block_table, "synthesize");
     for (int l = 0; l < cfg.num_layers; ++l)
-      k::launch_synthesize<S>({stream_, "synthesize"}, d, table->get(), r.ctx, layers_[l].kv,
+      k::launch_synthesize<S>({streams_.main(), "synthesize"}, d, table->get(), r.ctx, layers_[l].kv,
                               layers_[l].index, cfg.is_full_layer(l));
-    check(cudaStreamSynchronize(stream_), "synthesize");
+    check(cudaStreamSynchronize(streams_.main()), "synthesize");
   }
 }
 
@@ -131,8 +102,7 @@ std::vector<double> StackImpl<S>::residual(int T) {
 
 template <class S>
 std::vector<long> StackImpl<S>::topk_row_paths() {
-  check(cudaStreamSynchronize(stream_), "top-k path counts");
-  check(cudaStreamSynchronize(aux_), "top-k path counts");
+  streams_.synchronize("top-k path counts");
   const std::vector<int> n = download(topk_paths_->get(), k::kTopkRowPaths);
   return {n.begin(), n.end()};
 }
@@ -229,52 +199,44 @@ k::Dims StackImpl<S>::dims() const {
 }
 
 template <class S>
-k::Meta StackImpl<S>::meta() const {
-  // Mutant stale-positions: a graph op reads the positions its capture saw.
-  const int* pos = mutant_ == Mutant::stale_positions && in_graph_ ? positions_snapshot_->get()
-                                                                   : positions_->get();
-  k::Meta m{pos,
+k::Meta StackImpl<S>::meta(const LaunchState& st) const {
+  k::Meta m{positions_->get(),
             slots_->get(),
             request_of_token_->get(),
             block_table_->get(),
             rope_cos_->get(),
             rope_sin_->get()};
-  if (device_ops_) {
-    // Mutants: a graph op reads the device metadata (or the short-prefill flag) as the capture
-    // wrote it, not the step's.
-    m.live =
-        mutant_ == Mutant::stale_full_metadata && in_graph_ ? live_capture_->get() : live_->get();
-    m.short_prefill = (mutant_ == Mutant::stale_short_prefill && in_graph_ ? live_capture_->get()
-                                                                           : live_->get()) +
-                      1;
+  if (st.device_driven) {
+    m.live = live_->get();
+    m.short_prefill = live_->get() + 1;
   }
+  faults_.edit_meta(m, st);
   return m;
 }
 
 template <class S>
 void StackImpl<S>::upload_step(const StepInput& in) {
+  const cudaStream_t stream = streams_.main();
   const int T = in.capture_size;
   T_ = T;
   Ta_ = in.num_tokens;
   std::vector<S> hid(static_cast<std::size_t>(T) * cfg.hidden_size);
   for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = to_storage<S>(in.hidden.data()[i]);
   check(cudaMemcpyAsync(h_->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice,
-                        stream_),
+                        stream),
         "upload hidden");
   std::vector<long long> slots(in.slots.begin(), in.slots.end());
-  if (mutant_ == Mutant::padded_cache_write)  // padded rows mapped to slot 0, not skipped
-    std::replace(slots.begin(), slots.end(), -1LL, 0LL);
-  if (mutant_ == Mutant::reused_block_skip) skip_reused_blocks(in, slots);
+  faults_.edit_slots(in, slots);
   place_far(slots);
   check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int),
-                        cudaMemcpyHostToDevice, stream_),
+                        cudaMemcpyHostToDevice, stream),
         "upload positions");
   check(cudaMemcpyAsync(slots_->get(), slots.data(), T * sizeof(long long), cudaMemcpyHostToDevice,
-                        stream_),
+                        stream),
         "upload slots");
   if (Ta_ > 0)
     check(cudaMemcpyAsync(request_of_token_->get(), in.request_of_token.data(), Ta_ * sizeof(int),
-                          cudaMemcpyHostToDevice, stream_),
+                          cudaMemcpyHostToDevice, stream),
           "upload request_of_token");
   std::vector<int> table(in.requests.size() * max_blocks_, -1);
   int longest = 1;
@@ -288,55 +250,33 @@ void StackImpl<S>::upload_step(const StepInput& in) {
   }
   if (!table.empty())
     check(cudaMemcpyAsync(block_table_->get(), table.data(), table.size() * sizeof(int),
-                          cudaMemcpyHostToDevice, stream_),
+                          cudaMemcpyHostToDevice, stream),
           "upload block table");
   longest_ = longest;
   // The device-driven H ops' metadata: the rows, the short-prefill decision, the new tokens a
   // request (a step that is no uniform decode is never served by them: one each, as a full
-  // graph would wrongly read it, mutant full-for-mixed), the lengths. Mutant verify-stride: an
-  // odd q strided as the next even one.
+  // graph would wrongly read it, mutant full-for-mixed), the lengths.
   const int R = static_cast<int>(in.requests.size());
-  int q = boundary::uniform_decode(in) ? in.requests.front().q : 1;
+  const int q = boundary::uniform_decode(in) ? in.requests.front().q : 1;
   const int rows = R * q;
-  if (mutant_ == Mutant::verify_stride && q > 1 && q % 2 == 1) ++q;
-  std::vector<int> live{rows, longest <= cfg.index_topk ? 1 : 0, q};
+  std::vector<int> live{rows, longest <= cfg.index_topk ? 1 : 0, faults_.live_stride(q)};
   for (const RequestStep& r : in.requests) live.push_back(r.seq_len());
   check(cudaMemcpyAsync(live_->get(), live.data(), live.size() * sizeof(int),
-                        cudaMemcpyHostToDevice, stream_),
+                        cudaMemcpyHostToDevice, stream),
         "upload device metadata");
-  check(cudaStreamSynchronize(stream_), "upload step");  // host vectors die here
+  check(cudaStreamSynchronize(stream), "upload step");  // host vectors die here
 }
 
 /// Far blocks: the step's slots moved up by StackOptions::block_offset blocks (the block table
-/// likewise, in upload_step). Mutant int32-offset: each slot as a 32-bit element offset of its
-/// widest cache row would have it, wrapped past 2^31 (negative: the write is skipped).
+/// likewise, in upload_step).
 template <class S>
 void StackImpl<S>::place_far(std::vector<long long>& slots) const {
   const long long shift = options.block_offset * cfg.block_size;
   const long long row = widest_cache_row(cfg);
   for (long long& s : slots) {
     if (s < 0) continue;
-    s += shift;
-    if (mutant_ == Mutant::int32_offset)
-      s = static_cast<std::int32_t>(static_cast<std::uint32_t>(s * row)) / row;
+    s = faults_.placed_slot(s + shift, row);
   }
-}
-
-/// Mutant reused-block-skip: a token whose cache block served another request before (that
-/// request finished, the block was handed on) does not write its cache entries, so that the
-/// old request's keys, scales and latents stay where the new one reads its own.
-template <class S>
-void StackImpl<S>::skip_reused_blocks(const StepInput& in, std::vector<long long>& slots) {
-  const int B = cfg.block_size;
-  for (std::size_t r = 0; r < in.requests.size(); ++r) {
-    const RequestStep& rq = in.requests[r];
-    for (int i = 0; i < rq.q; ++i) {
-      const int block = rq.block_table.at((rq.ctx + i) / B);
-      const auto [it, fresh] = block_owner_.try_emplace(block, rq.id);
-      if (!fresh && it->second != rq.id) slots[in.token_start[r] + i] = -1;
-    }
-  }
-  // The record keeps a block's first owner: every later owner's write into it is skipped.
 }
 
 template <class S>

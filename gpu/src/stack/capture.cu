@@ -1,5 +1,5 @@
-// Plans and captures: a step run under a plan, a plan's capture at a capture size, and the
-// stack mutants that the captures must be recorded with.
+// Plans and captures: a step run under a plan, a plan's capture at a capture size, and what the
+// stack reports of them.
 #include "impl.cuh"
 
 namespace dsv32::gpu::stack {
@@ -21,7 +21,7 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
   if (static_cast<int>(in.requests.size()) > max_tokens_)
     throw ScenarioError("gpu stack: more requests than max_tokens");
   upload_step(in);
-  const boundary::Plan& serving = serving_plan(plan, in);
+  const boundary::Plan& serving = faults_.serving(plan, in);
   BreakableGraph* graph = nullptr;
   if (serving.capture) {
     auto it = captures_.find({serving.record_signature(), T});
@@ -33,35 +33,25 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
       upload_step(in);  // capture ran its eager ops on empty metadata
       it = captures_.find({serving.record_signature(), T});
     }
-    graph = it->second.get();
+    graph = it->second.graph.get();
   }
-  served.push_back({serving.name,
-                    !graph                  ? Served::How::eager
-                    : serving.device_driven ? Served::How::full_graph
-                                            : Served::How::piecewise_graph,
-                    T});
+  served_.push_back({serving.name,
+                     !graph                  ? Served::How::eager
+                     : serving.device_driven ? Served::How::full_graph
+                                             : Served::How::piecewise_graph,
+                     T});
   if (graph && serving.device_driven) note_device_paths();  // its host code ran at capture
   launch(serving, graph);
-  check(cudaStreamSynchronize(stream_), ("step under plan " + plan.name).c_str());
-  if (side_) check(cudaStreamSynchronize(side_), "side stream");
+  check(cudaStreamSynchronize(streams_.main()), ("step under plan " + plan.name).c_str());
+  faults_.finish_step();
 }
 
 template <class S>
 void StackImpl<S>::launch(const boundary::Plan& serving, BreakableGraph* graph) {
-  if (!graph) {
+  if (graph)
+    costs_.replay(*graph);
+  else
     run_layers(serving);
-    return;
-  }
-  device_ops_ = serving.device_driven;  // for its eager ops
-  replay(*graph);
-}
-
-/// A device-driven plan serves uniform decode steps, its `mixed` plan every other step (mutant
-/// full-for-mixed: the full graph serves them all).
-template <class S>
-const boundary::Plan& StackImpl<S>::serving_plan(const boundary::Plan& plan,
-                                                 const StepInput& in) const {
-  return mutant_ == Mutant::full_for_mixed && plan.device_driven ? plan : plan.serving(in);
 }
 
 /// A dispatch plan's two kinds of graph: its own, then its `mixed` plan's where that captures.
@@ -79,7 +69,7 @@ CaptureInfo StackImpl<S>::capture_one(const boundary::Plan& plan, int T, bool al
   if (T > max_tokens_)
     throw boundary::PlanError("capture size " + std::to_string(T) + " exceeds max_tokens");
   cudaStreamCaptureStatus status;
-  check(cudaStreamIsCapturing(stream_, &status), "cudaStreamIsCapturing");
+  check(cudaStreamIsCapturing(streams_.main(), &status), "cudaStreamIsCapturing");
   if (status != cudaStreamCaptureStatusNone)
     throw GraphError("nested capture: the stack's stream is already being captured");
   // Empty metadata: every row padded, no real token; eager ops then have no work.
@@ -90,61 +80,72 @@ CaptureInfo StackImpl<S>::capture_one(const boundary::Plan& plan, int T, bool al
   empty.slots.assign(T, -1);
   empty.hidden = Mat::Ones(T, cfg.hidden_size);
   upload_step(empty);
-  const int forks = forks_, leads = leads_;  // the warm-up's are not the plan's
-  run_layers(plan);                          // warm-up on the capture stream (device_ops_ set)
-  forks_ = forks, leads_ = leads;
-  check(cudaStreamSynchronize(stream_), "capture warm-up");
+  const int forks = streams_.forks(), leads = leads_;  // the warm-up's are not the plan's
+  run_layers(plan);                                    // warm-up on the capture stream
+  streams_.set_forks(forks), leads_ = leads;
+  check(cudaStreamSynchronize(streams_.main()), "capture warm-up");
   upload_step(empty);  // ones again: a graph op that ran during capture would change them
-  // What a graph would bake if it read host values (mutant stale-positions).
-  check(cudaMemcpyAsync(positions_snapshot_->get(), positions_->get(), T * sizeof(int),
-                        cudaMemcpyDeviceToDevice, stream_),
-        "positions snapshot");
-  check(cudaMemcpyAsync(live_capture_->get(), live_->get(), (T + 3) * sizeof(int),
-                        cudaMemcpyDeviceToDevice, stream_),
-        "device metadata snapshot");
-  auto graph = std::make_unique<BreakableGraph>(stream_, std::vector<Stream>{aux_});
-  const Recording recording(*this, graph.get(), true);
-  struct Reset {
-    bool& a;
-    ~Reset() { a = false; }
-  };
-  graph->begin();
-  for (int l = 0; l < cfg.num_layers; ++l) {
-    lead_ = wq_b_may_lead(plan, l);
-    for (const std::string& name : plan.ops(cfg, l)) {
-      const boundary::Op op = boundary::op_of(name);
-      const std::string where = "layer" + std::to_string(l) + "/" + name;
-      if (plan.at(l, name) == boundary::Placement::graph) {
-        graph->graph(where, [&] {
-          in_graph_ = true;
-          Reset g{in_graph_};
-          run_op(l, op);
-        });
-      } else {        // runs now on empty metadata (no real rows), and again at every replay
-        join_side();  // into the segment the eager op ends
-        graph->eager(where, [this, l, op] {
-          eager_segment_ = true;
-          Reset g{eager_segment_};
-          run_op(l, op);
-        });
+  faults_.at_capture(positions_->get(), live_->get(), T, streams_.main());
+  Capture cap{std::make_unique<BreakableGraph>(streams_.main(),
+                                               std::vector<Stream>{streams_.aux()}),
+              std::make_unique<LaunchState>()};
+  BreakableGraph& graph = *cap.graph;
+  // Graph ops record under `rec`; eager ops run under the capture's own state, now (capturing,
+  // on empty metadata) and at every replay (not capturing).
+  LaunchState rec;
+  rec.where = LaunchState::Where::graph;
+  rec.device_driven = plan.device_driven;
+  rec.capturing = true;
+  rec.graph = &graph;
+  LaunchState* eager = cap.eager.get();
+  eager->where = LaunchState::Where::eager_segment;
+  eager->device_driven = plan.device_driven;
+  eager->capturing = true;
+  CaptureInfo info;
+  try {
+    graph.begin();
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      rec.lead = wq_b_may_lead(plan, l);
+      for (const std::string& name : plan.ops(cfg, l)) {
+        const boundary::Op op = boundary::op_of(name);
+        const std::string where = "layer" + std::to_string(l) + "/" + name;
+        if (plan.at(l, name) == boundary::Placement::graph) {
+          graph.graph(where, [&] { run_op(l, op, rec); });
+        } else {               // runs now on empty metadata (no real rows), and again at replays
+          streams_.join(rec);  // into the segment the eager op ends
+          graph.eager(where, [this, l, op, eager] { run_op(l, op, *eager); });
+        }
       }
     }
+    streams_.join(rec);
+    info = graph.end();
+  } catch (...) {
+    streams_.drop_fork();  // the graph has joined its side stream and dropped the capture
+    throw;
   }
-  join_side();
-  const CaptureInfo info = graph->end();
-  captures_[{plan.record_signature(), T}] = std::move(graph);
+  eager->capturing = false;
+  captures_[{plan.record_signature(), T}] = std::move(cap);
   return info;
 }
 
 template <class S>
-void StackImpl<S>::set_mutant(const std::string& name) {
-  const Mutant m = boundary::stack_mutant(name);
-  if (m == Mutant::unjoined_stream && !side_)
-    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "side stream");
-  mutant_ = m;
-  captures_.clear();  // captures recorded without the mutant would hide it
-  baked_short_.clear();
-  block_owner_.clear();
+void StackImpl<S>::drop_captures() {
+  captures_.clear();
+}
+
+template <class S>
+StackReport StackImpl<S>::report() {
+  StackReport r;
+  r.captures = static_cast<int>(captures_.size());
+  for (const LayerDev<S>& w : layers_) r.copy_form_bytes += w.olat_static->size() * sizeof(S);
+  r.served = served_;
+  r.kernel_paths = paths_;
+  const std::vector<long> rows = topk_row_paths();
+  for (int p = 0; p < k::kTopkRowPaths; ++p)
+    if (rows[p] > 0) r.kernel_paths[kTopkRowPathNames[p]] = rows[p];
+  r.indexer_forks = streams_.forks();
+  r.indexer_leads = leads_;
+  return r;
 }
 
 template class StackImpl<float>;

@@ -14,13 +14,13 @@ namespace dsv32::gpu::stack {
 
 template <class S>
 k::Launch StackImpl<S>::go(const char* op, cudaStream_t s) {
-  return {s ? s : stream_, op, options.pdl, record_ || !skip_.empty() ? this : nullptr};
+  return {s ? s : streams_.main(), op, options.pdl, ablation_.filter()};
 }
 
 template <class S>
-void StackImpl<S>::run_op(int l, boundary::Op op) {
+void StackImpl<S>::run_op(int l, boundary::Op op, LaunchState& st) {
   using boundary::Op;
-  charge_op();
+  costs_.charge_op(st);
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
   const int T = T_, H = d.H, L = d.L, dq = d.dn + d.dr;
@@ -38,7 +38,7 @@ void StackImpl<S>::run_op(int l, boundary::Op op) {
            "indexer_wk_proj");
       break;
     case Op::norm_rope_cache:
-      norm_rope_cache(l);
+      norm_rope_cache(l, st);
       break;
     case Op::q_b_proj:
       gemm(w.q_c->get(), d.Rq, w.w_q_b->get(), w.q->get(), H * dq, T, H * dq, d.Rq, "q_b_proj");
@@ -47,28 +47,28 @@ void StackImpl<S>::run_op(int l, boundary::Op op) {
       uk_absorb(l);
       break;
     case Op::indexer_wq_b:
-      if (wq_b_led_ == l)  // launched at the fork
-        wq_b_led_ = -1;
+      if (st.wq_b_led == l)  // launched at the fork
+        st.wq_b_led = -1;
       else
-        indexer_wq_b(l, indexer_stream());
+        indexer_wq_b(l, indexer_stream(st));
       break;
     case Op::fused_q:
-      fused_q(l);
+      fused_q(l, st);
       break;
     case Op::indexer_topk:
-      indexer_topk(l);
+      indexer_topk(l, st);
       break;
     case Op::sparse_mqa:
-      sparse_mqa(l);
+      sparse_mqa(l, st);
       break;
     case Op::uv_proj:
-      uv_proj(l);
+      uv_proj(l, st);
       break;
     case Op::latent_copy:  // copy form: backend rows [0, T_a) into the static latent
       if (Ta_ > 0)
         check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_,
                               static_cast<std::size_t>(Ta_) * H * L * sizeof(S),
-                              cudaMemcpyDeviceToDevice, stream_),
+                              cudaMemcpyDeviceToDevice, streams_.main()),
               "latent_copy");
       break;
     case Op::uv_proj_static:
@@ -91,38 +91,37 @@ void StackImpl<S>::run_op(int l, boundary::Op op) {
 template <class S>
 void StackImpl<S>::gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
                         const char* op, cudaStream_t s) {
-  if (s == nullptr) s = stream_;
+  if (s == nullptr) s = streams_.main();
   if (k::gemv_fits<S>(rows, n, x, ldx, w, kdim)) {
     k::launch_gemv(go(op, s), x, ldx, 0, w, 0, y, ldy, 0, 1, rows, n, kdim, sms_);
     return;
   }
-  if (bypass_blas(op, "GEMM")) return;
+  if (ablation_.skip_blas(op, "GEMM")) return;
   const float one = 1.f, zero = 0.f;
-  check_blas(blas().gemm(s == aux_ ? blas_aux_ : blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim,
+  check_blas(blas().gemm(streams_.handle(s), CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim,
                          &one, w, cuda_type<S>(), kdim, x, cuda_type<S>(), ldx, &zero, y,
                          cuda_type<S>(), ldy, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
              op);
 }
 
 template <class S>
-void StackImpl<S>::norm_rope_cache(int l) {
+void StackImpl<S>::norm_rope_cache(int l, LaunchState& st) {
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
-  // F layers clear the shared top-k rows; the mutants skip it or clear in S layers too.
+  // F layers clear the shared top-k rows.
   const bool full = cfg.is_full_layer(l);
-  const bool clear =
-      full ? mutant_ != Mutant::no_topk_clear : mutant_ == Mutant::shared_layer_clears;
+  const bool clear = faults_.clears_topk(full);
   k::launch_norm_rope_cache(
-      go("norm_rope_cache"), d, meta(), w.qkv->get(), w.g_q->get(), w.q_c->get(), w.g_kv->get(),
+      go("norm_rope_cache"), d, meta(st), w.qkv->get(), w.g_q->get(), w.q_c->get(), w.g_kv->get(),
       w.kv, w.kR->get(), full, full ? w.kw->get() : nullptr, full ? w.ig_k->get() : nullptr,
       full ? w.ib_k->get() : nullptr, w.index, w.k8->get(), w.kscale->get(), clear, topk_->get());
-  if (full && use_side()) {  // the indexer's inputs are written
-    if (lead_) {             // indexer_wq_b first, at full bandwidth (streams.cu)
-      indexer_wq_b(l, stream_);
-      wq_b_led_ = l;
+  if (full && use_side(st)) {  // the indexer's inputs are written
+    if (st.lead) {             // indexer_wq_b first, at full bandwidth (streams.cu)
+      indexer_wq_b(l, streams_.main());
+      st.wq_b_led = l;
       ++leads_;
     }
-    fork_side();
+    streams_.fork(st);
   }
 }
 
@@ -137,10 +136,10 @@ void StackImpl<S>::uk_absorb(int l) {
     k::launch_uk_small(go("uk_absorb"), d, T, w.q->get(), w.w_kv_b->get(), w.qpack->get());
     return;
   }
-  if (bypass_blas("uk_absorb", "batched GEMM")) return;
+  if (ablation_.skip_blas("uk_absorb", "batched GEMM")) return;
   const float one = 1.f, zero = 0.f;
   check_blas(blas().gemm_strided_batched(
-                 blas_, CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(), cuda_type<S>(),
+                 streams_.handle(streams_.main()), CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(), cuda_type<S>(),
                  L, static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(), H * dq, dq, &zero,
                  w.qpack->get(), cuda_type<S>(), H * (L + d.dr), L + d.dr, H, compute_type<S>(),
                  CUBLAS_GEMM_DEFAULT),
@@ -157,10 +156,10 @@ void StackImpl<S>::indexer_wq_b(int l, cudaStream_t s) {
 }
 
 template <class S>
-void StackImpl<S>::fused_q(int l) {
+void StackImpl<S>::fused_q(int l, const LaunchState& st) {
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
-  const k::Meta m = meta();
+  const k::Meta m = meta(st);
   const int L = d.L, dq = d.dn + d.dr, Wq = L + d.dr;  // qpack's per-head stride; qR at L
   const bool full = cfg.is_full_layer(l);
   const int nrope = k::q_rope_blocks(d);
@@ -168,14 +167,13 @@ void StackImpl<S>::fused_q(int l) {
     k::launch_fused_q(go("fused_q", s), d, m, y0, blocks, w.q->get(), dq, d.dn, w.qpack->get(), Wq,
                       L, w.qI->get(), w.kw->get(), w.q8->get(), w.qscale->get(), w.omega->get());
   };
-  if (full && use_side()) {  // the indexer's part on its stream
-    part(nrope, d.HI, indexer_stream());
-    part(0, nrope, stream_);
+  if (full && use_side(st)) {  // the indexer's part on its stream
+    part(nrope, d.HI, indexer_stream(st));
+    part(0, nrope, streams_.main());
   } else {
-    part(0, nrope + (full ? d.HI : 0), stream_);
+    part(0, nrope + (full ? d.HI : 0), streams_.main());
   }
-  if (mutant_ == Mutant::double_rope)  // the rotation again, in place on qR
-    k::launch_q_rope(go("fused_q"), d, m, w.qpack->get(), Wq, L, w.qpack->get(), Wq, L);
+  faults_.after_fused_q(go("fused_q"), d, m, w.qpack->get(), Wq, L);
 }
 
 /// Reads the buffer uv_proj handed on (the static `o` unless a mutant changed it); a graph bakes
@@ -189,8 +187,9 @@ void StackImpl<S>::o_proj(int l) {
   gemm(o_ptr_[l], d.H * d.dv, w.w_o->get(), y, d.D, T_, d.D, d.H * d.dv, "o_proj");
   if (!gather_) return;
   const long long n = static_cast<long long>(T_) * d.D;
-  if (!bypass([] { return std::string("o_proj:all-gather"); }))
-    gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), stream_);
+  if (!ablation_.skip_label("o_proj:all-gather"))
+    gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S),
+                        streams_.main());
   k::launch_sum_ranks(go("o_proj"), parts_->get(), gather_->ranks(), n, w.y->get());
 }
 

@@ -1,5 +1,6 @@
-// Timing: a step's time under a plan, each op's in isolation, and the ablation that leaves one
-// launch out (Stack::skip_launch) with the labels it names launches by.
+// The stack's lab: a step's time under a plan, each op's in isolation, a framework's modelled
+// host costs, and the ablation that leaves one launch out (StackLab::skip_launch) with the
+// labels it names launches by.
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -41,17 +42,77 @@ void host_spin(double us) {
 
 }  // namespace
 
-template <class S>
-void StackImpl<S>::replay(BreakableGraph& g) {
-  if (graph_cost_us > 0)
-    g.replay([us = graph_cost_us] { host_spin(us); });
+void HostCosts::set(double eager_op_us, double graph_launch_us) {
+  op_us_ = eager_op_us;
+  graph_us_ = graph_launch_us;
+}
+
+void HostCosts::charge_op(const LaunchState& st) const {
+  if (op_us_ > 0 && st.charged()) host_spin(op_us_);
+}
+
+void HostCosts::replay(BreakableGraph& g) const {
+  if (graph_us_ > 0)
+    g.replay([us = graph_us_] { host_spin(us); });
   else
     g.replay();
 }
 
+k::LaunchFilter* Ablation::filter() {
+  return recording_ || !skip_.empty() ? this : nullptr;
+}
+
+bool Ablation::set_skip(const std::string& label) {
+  if (label == skip_) return false;
+  skip_ = label;
+  return true;
+}
+
+void Ablation::start_recording() {
+  labels_.clear();
+  recording_ = true;
+}
+
+std::vector<std::string> Ablation::stop_recording() {
+  recording_ = false;
+  return std::move(labels_);
+}
+
+/// True when the launch labelled label() is the one to skip; records the label while labels
+/// are recorded. label() is only called then, so a normal launch builds no string.
+template <class L>
+bool Ablation::bypass(L&& label) {
+  if (!recording_ && skip_.empty()) return false;
+  const std::string l = label();
+  if (recording_) labels_.push_back(l);
+  return l == skip_;
+}
+
+bool Ablation::skip_kernel(const char* op, const void* kernel) {
+  return bypass([&] { return std::string(op) + ":" + kernel_label(kernel); });
+}
+
+bool Ablation::skip_blas(const std::string& op, const std::string& what) {
+  return bypass([&] {
+    return op + ":cuBLAS " + (what.rfind(op + " ", 0) == 0 ? what.substr(op.size() + 1) : what);
+  });
+}
+
+bool Ablation::skip_label(const char* label) {
+  return bypass([&] { return std::string(label); });
+}
+
+/// Worked out once a kernel: the driver's lookup and the demangling per launch would make an
+/// ablation's eager steps host-bound.
+const std::string& Ablation::kernel_label(const void* kernel) {
+  auto [it, fresh] = kernel_labels_.try_emplace(kernel);
+  if (fresh) it->second = demangled_label(kernel);
+  return it->second;
+}
+
 template <class S>
-void StackImpl<S>::charge_op() {
-  if (op_cost_us > 0 && !graph_) host_spin(op_cost_us);
+void StackImpl<S>::set_host_costs(double eager_op_us, double graph_launch_us) {
+  costs_.set(eager_op_us, graph_launch_us);
 }
 
 /// Milliseconds the work `launch` enqueues on the stack's stream takes on the GPU (CUDA events),
@@ -69,12 +130,12 @@ typename StackImpl<S>::Timing StackImpl<S>::elapsed_ms(const char* what, F&& lau
   } e;
   check(cudaEventCreate(&e.a), what);
   check(cudaEventCreate(&e.b), what);
-  check(cudaEventRecord(e.a, stream_), what);
+  check(cudaEventRecord(e.a, streams_.main()), what);
   const auto t0 = std::chrono::steady_clock::now();
   launch();
   const double host =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  check(cudaEventRecord(e.b, stream_), what);
+  check(cudaEventRecord(e.b, streams_.main()), what);
   check(cudaEventSynchronize(e.b), what);
   float ms = 0.f;
   check(cudaEventElapsedTime(&ms, e.a, e.b), what);
@@ -100,9 +161,10 @@ typename StackImpl<S>::Timing StackImpl<S>::median_ms(const char* what, F&& laun
 template <class S>
 double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, int repeats) {
   step(plan, in, false);  // warm-up; captures on first use
-  const boundary::Plan& serving = serving_plan(plan, in);
+  const boundary::Plan& serving = faults_.serving(plan, in);
   BreakableGraph* graph =
-      serving.capture ? captures_.at({serving.record_signature(), in.capture_size}).get() : nullptr;
+      serving.capture ? captures_.at({serving.record_signature(), in.capture_size}).graph.get()
+                      : nullptr;
   const Timing t = median_ms("time step", [&] {
     for (int i = 0; i < repeats; ++i) launch(serving, graph);
   });
@@ -118,17 +180,18 @@ std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInp
   const boundary::Plan eager = boundary::plan_preset("eager", cfg);
   step(eager, in, false);
   upload_step(in);
-  device_ops_ = device_driven;
   std::vector<std::string> ops = eager.ops(cfg, 0);
   ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
   std::vector<std::pair<std::string, double>> out;
-  lead_ = false;  // each op alone: indexer_wq_b is timed as its own op
   for (const std::string& name : ops) {
     const boundary::Op op = boundary::op_of(name);
+    // Each op alone (no lead: indexer_wq_b is timed as its own op), eagerly or recorded.
+    LaunchState st;
+    st.device_driven = device_driven;
     const auto run_repeats = [&](int n) {  // each run joined: the op alone, end to end
       for (int i = 0; i < n; ++i) {
-        run_op(0, op);
-        join_side();
+        run_op(0, op, st);
+        streams_.join(st);
       }
     };
     run_repeats(1);  // warm-up
@@ -140,11 +203,17 @@ std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInp
     // The repeats captured as one graph and replayed: the GPU's time, not the host's launches
     // (host values, such as the backend ring's address, are those of the capture).
     const std::string what = "time op " + name + " (graph)";
-    BreakableGraph g(stream_, std::vector<Stream>{aux_});
-    const Recording recording(*this, &g, false);
-    g.begin();
-    g.graph(name, [&] { run_repeats(repeats); });
-    g.end();
+    BreakableGraph g(streams_.main(), std::vector<Stream>{streams_.aux()});
+    st.where = LaunchState::Where::graph;
+    st.graph = &g;
+    try {
+      g.begin();
+      g.graph(name, [&] { run_repeats(repeats); });
+      g.end();
+    } catch (...) {
+      streams_.drop_fork();  // the graph has joined its side stream
+      throw;
+    }
     g.replay();  // warm-up
     const double ms = median_ms(what.c_str(), [&] { g.replay(); }).gpu;
     out.emplace_back(name, ms / repeats);
@@ -153,46 +222,28 @@ std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInp
 }
 
 template <class S>
+void StackImpl<S>::set_mutant(boundary::StackMutant mutant) {
+  faults_.set(mutant);
+  drop_captures();  // captures recorded without the mutant would hide it
+}
+
+template <class S>
 void StackImpl<S>::skip_launch(const std::string& label) {
-  if (label == skip_) return;  // the captures held were recorded with the same launches
-  skip_ = label;
-  captures_.clear();  // a capture recorded with a launch missing must not replay for a step
+  // A capture recorded with a launch missing must not replay for a step; the captures held
+  // were recorded with the same launches when the label does not change.
+  if (ablation_.set_skip(label)) drop_captures();
 }
 
 template <class S>
 std::vector<std::string> StackImpl<S>::launch_labels(const StepInput& in) {
-  labels_.clear();
-  record_ = true;
+  ablation_.start_recording();
   try {
     run(boundary::plan_preset("eager", cfg), in, false);
   } catch (...) {
-    record_ = false;
+    ablation_.stop_recording();
     throw;
   }
-  record_ = false;
-  return labels_;
-}
-
-template <class S>
-bool StackImpl<S>::skip_kernel(const char* op, const void* kernel) {
-  return bypass([&] { return std::string(op) + ":" + kernel_label(kernel); });
-}
-
-/// A cuBLAS call of op `op` ("op:cuBLAS what", without a leading "op " in `what`).
-template <class S>
-bool StackImpl<S>::bypass_blas(const std::string& op, const std::string& what) {
-  return bypass([&] {
-    return op + ":cuBLAS " + (what.rfind(op + " ", 0) == 0 ? what.substr(op.size() + 1) : what);
-  });
-}
-
-/// Worked out once a kernel: the driver's lookup and the demangling per launch would make an
-/// ablation's eager steps host-bound.
-template <class S>
-const std::string& StackImpl<S>::kernel_label(const void* kernel) {
-  auto [it, fresh] = kernel_labels_.try_emplace(kernel);
-  if (fresh) it->second = demangled_label(kernel);
-  return it->second;
+  return ablation_.stop_recording();
 }
 
 template class StackImpl<float>;

@@ -76,13 +76,13 @@ Tensor StackImpl<S>::download_stage(const StageInfo& stage, const Source& src) {
 template <class S>
 StepTrace StackImpl<S>::trace() {
   const k::Dims d = dims();
-  const k::Meta m = meta();
+  const k::Meta m = meta(LaunchState{});
   StepTrace tr;
   for (int l = 0; l < cfg.num_layers; ++l) {
     if (Ta_ > 0)
-      k::launch_read_latent<S>({stream_, "trace"}, Ta_, d, m, layers_[l].kv,
+      k::launch_read_latent<S>({streams_.main(), "trace"}, Ta_, d, m, layers_[l].kv,
                                layers_[l].c_read->get());
-    check(cudaStreamSynchronize(stream_), "trace");
+    check(cudaStreamSynchronize(streams_.main()), "trace");
     LayerTrace lt;
     for (const StageInfo& stage : stage_table()) {
       if (stage.name == "output" || (stage.indexer && !cfg.is_full_layer(l))) continue;

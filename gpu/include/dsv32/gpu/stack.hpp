@@ -49,8 +49,6 @@ struct StackOptions {
 /// --far-blocks` and the mutant int32-offset place blocks at.
 long long far_block_offset(const Config& cfg);
 
-/// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
-/// tensor, allocated once for capture sizes up to `max_tokens`.
 /// What served one step of a stack (Stack::served): the plan that ran it (a dispatch plan's
 /// own or its piecewise plan) and how: a full graph (device-driven), a piecewise graph or
 /// eagerly, at the step's capture size.
@@ -68,6 +66,38 @@ struct Served {
   const char* how_text() const { return text(how); }
 };
 
+/// What a stack has done since construction (Stack::report).
+struct StackReport {
+  /// Captures held: one per (plan signature, capture size), reused by every later step of that
+  /// size (boundary::Plan::signature: a renamed plan shares, a changed placement does not).
+  int captures = 0;
+  /// Bytes of the static buffers only the copy form reads: each layer's static latent, where
+  /// `latent_copy` puts the backend's output for `uv_proj_static` (max_tokens x H x Lkv in the
+  /// storage type). The stack holds them for every plan; a no-copy plan does not need them.
+  std::size_t copy_form_bytes = 0;
+  /// What served each step, in order.
+  std::vector<Served> served;
+  /// The size- and data-dependent paths the host chose for the indexer's kernels, with how
+  /// many layer-steps took each (docs/COVERAGE.md): the score kernel, the short-prefill
+  /// shortcut, the top-k select's row class; and the paths the select's rows took on the
+  /// device ("top-k rows: ...", in rows, captured steps' included).
+  std::map<std::string, long> kernel_paths;
+  /// How many times an F layer's indexer was forked onto its own stream, by eager steps and
+  /// into captures (a capture's eager warm-up not counted); 0 without StackOptions::overlap
+  /// (docs/GPU.md, "Two streams").
+  int indexer_forks = 0;
+  /// How many of those forks launched the layer's `indexer_wq_b` on the main stream just
+  /// before forking, ahead of `q_b_proj` (where the plan keeps `norm_rope_cache` ..
+  /// `indexer_topk` in one forked stretch: eagerly, or all six captured).
+  int indexer_leads = 0;
+};
+
+class StackLab;
+
+/// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
+/// tensor, allocated once for capture sizes up to `max_tokens`. The serving stack: construct it, run steps under plans (capturing on first use), read what
+/// it did. Timing, ablation, host-cost modelling and planted bugs are its lab (Stack::lab,
+/// gpu/stack_lab.hpp).
 class Stack {
  public:
   /// On CUDA device `device`. With `gather`, the stack is one rank of a tensor-parallel group
@@ -83,7 +113,8 @@ class Stack {
   /// Runs one step eagerly at its capture size (the `eager` plan) and returns every stage of
   /// rows [0, T_a) with the oracle's names, shapes and the storage dtypes.
   StepTrace step(const StepInput& in);
-
+  /// Runs the step under `plan`: `eager` runs ops directly; other plans capture on first use.
+  StepTrace run(const boundary::Plan& plan, const StepInput& in);
   /// Captures `plan` at capture size T (once per plan signature and T): G ops are recorded into
   /// graph segments, each eager op ends the segment, runs for real on empty metadata (no real rows;
   /// the residual stream holds ones) and is recorded for replay. Validates the plan unless
@@ -92,80 +123,18 @@ class Stack {
   /// Replays the capture of (plan, in.capture_size) for the step: writes the inputs into the
   /// static buffers, updates the host metadata, runs the segments in order on one stream.
   StepTrace replay(const boundary::Plan& plan, const StepInput& in);
-  /// Runs the step under `plan`: `eager` runs ops directly; other plans capture on first use.
-  StepTrace run(const boundary::Plan& plan, const StepInput& in);
-
-  /// Turns on one stack mutant of BOUNDARIES.md section 4 ("" turns it off; plan mutants go
-  /// through mutate_plan); drops the captures held. Throws PlanError for other names.
-  void set_mutant(const std::string& name);
-  /// Bytes of the static buffers only the copy form reads: each layer's static latent, where
-  /// `latent_copy` puts the backend's output for `uv_proj_static` (max_tokens x H x Lkv in the
-  /// storage type). The stack holds them for every plan; a no-copy plan does not need them.
-  std::size_t copy_form_bytes() const;
-  /// Captures held: one per (plan signature, capture size), reused by every later step of that
-  /// size (boundary::Plan::signature: a renamed plan shares, a changed placement does not).
-  int capture_count() const;
-  /// What served each step run since construction, in order.
-  const std::vector<Served>& served() const;
-  /// The size- and data-dependent paths the host chose for the indexer's kernels, with how many
-  /// layer-steps took each (docs/COVERAGE.md): the score kernel, the short-prefill shortcut,
-  /// the top-k select's row class; and the paths the select's rows took on the device ("top-k
-  /// rows: ...", in rows, captured steps' included; waits for the stack's streams).
-  const std::map<std::string, long>& kernel_paths() const;
-  /// How many times an F layer's indexer has been forked onto its own stream since construction,
-  /// by eager steps and into captures (a capture's eager warm-up not counted); 0 without
-  /// StackOptions::overlap (docs/GPU.md, "Two streams").
-  int indexer_forks() const;
-  /// How many of those forks launched the layer's `indexer_wq_b` on the main stream just before
-  /// forking, ahead of `q_b_proj` (where the plan keeps `norm_rope_cache` .. `indexer_topk` in
-  /// one forked stretch: eagerly, or all six captured), counted as indexer_forks is.
-  int indexer_leads() const;
-  /// Timing only (`dsv32 bench-gpu --dispatch-us`): a framework's host cost, modelled as a busy
-  /// wait of `eager_op_us` on the host before each op run eagerly (an `eager` step's ops, a
-  /// captured plan's eager ops at replay: a Python dispatcher's cost per op call) and of
-  /// `graph_launch_us` before each graph segment's launch at replay. 0 and 0 (the default)
-  /// model nothing. Results do not change; only the host's time does.
-  void set_host_costs(double eager_op_us, double graph_launch_us);
-  /// Timing only (`dsv32 bench-gpu --ablate`): from now on the launches labelled `label` (as
-  /// launch_labels names them) are not made; "" makes every launch again. Drops the captures
-  /// held when the label changes (one recorded with a launch missing must not replay a full
-  /// step; the same label again keeps them). A step run so is wrong by design: nothing that
-  /// judges results calls this.
-  void skip_launch(const std::string& label);
-  /// The labels of the launches one eager step of `in` makes, in order, from running it:
-  /// "op:kernel" for a kernel of ours (its name without namespace or template arguments, e.g.
-  /// "q_b_proj:gemv"), "op:cuBLAS what" for a cuBLAS call, "o_proj:all-gather" for the
-  /// tensor-parallel gather. A layer's launches repeat for every layer under the same labels.
-  std::vector<std::string> launch_labels(const StepInput& in);
+  /// What the stack has done so far (waits for its streams: the top-k rows' paths are counted
+  /// on the device).
+  StackReport report() const;
   const Config& config() const;
-  const StackOptions& options() const;
-  /// Fills the cache entries of positions [0, ctx) of every request of `in` with deterministic
-  /// pseudo-random values (benchmarks: long contexts without running their prefill).
-  void synthesize_context(const StepInput& in);
-  /// Mean milliseconds of one step under `plan` over `repeats` timed runs (CUDA events, after a
-  /// warm-up run that also captures).
-  double time_step(const boundary::Plan& plan, const StepInput& in, int repeats);
-  /// Milliseconds the host spent launching one step in the last time_step (the median batch's
-  /// launch loop over its repeats). Well under the step's own time, the GPU's work set the
-  /// step's time; near it, the host's launches did (or a full launch queue blocked the host,
-  /// which takes far more launches than a benchmark's 10 repeats make).
-  double last_host_ms() const;
-  /// Mean milliseconds of each op of layer 0 run `repeats` times back to back in isolation after
-  /// one eager run of the step (every buffer then holds the step's values): the ops of the
-  /// `eager` plan, then `latent_copy` and `uv_proj_static`. `graph`: the repeats captured as one
-  /// CUDA graph and replayed (the GPU's time; eagerly, an op of short kernels and cuBLAS calls
-  /// can be bound by the host's launches). `device_driven`: the H ops' device-driven variants
-  /// (`full`'s; the step must then be a uniform decode).
-  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
-                                                       bool graph = true,
-                                                       bool device_driven = false);
-  /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
-  std::vector<double> residual(int T);
+  /// Timing, ablation, host costs and planted bugs (gpu/stack_lab.hpp).
+  StackLab& lab();
 
   struct Impl;  // gpu/src/stack/impl.cuh, per storage type
 
  private:
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<StackLab> lab_;
 };
 
 /// The paths of the top-k select's rows as Stack::kernel_paths names them (counted in rows, on

@@ -55,14 +55,13 @@ class TpGroup {
   void inject_rank_failure(int rank);
   /// Each rank's own trace of the last step run.
   const std::vector<StepTrace>& rank_traces() const;
-  /// Captures held per rank (every rank holds the same number).
-  int capture_count() const;
-  /// Rank 0's Stack::served and Stack::kernel_paths (every rank takes the same).
-  const std::vector<Served>& served() const;
-  const std::map<std::string, long>& kernel_paths() const;
+  /// Rank 0's Stack::report (every rank holds the same captures, serves and takes the same
+  /// paths).
+  StackReport report() const;
+  /// StackLab::synthesize_context on every rank.
   void synthesize_context(const StepInput& in);
-  /// Mean milliseconds of one step under `plan`, the slowest rank's (Stack::time_step on every
-  /// rank at once).
+  /// Mean milliseconds of one step under `plan`, the slowest rank's (StackLab::time_step on
+  /// every rank at once).
   double time_step(const boundary::Plan& plan, const StepInput& in, int repeats);
 
   struct Impl;
