@@ -30,10 +30,13 @@ import os
 import sys
 import types
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import numpy as np  # noqa: E402
+import numpy as np
 
-import dsv32  # noqa: E402
+try:
+    import dsv32
+except ImportError:  # run from a checkout without the package installed: python/ is beside
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import dsv32
 
 try:
     import torch

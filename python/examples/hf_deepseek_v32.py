@@ -21,10 +21,13 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import numpy as np  # noqa: E402
+import numpy as np
 
-import dsv32  # noqa: E402
+try:
+    import dsv32
+except ImportError:  # run from a checkout without the package installed: python/ is beside
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import dsv32
 
 import importlib.util  # noqa: E402
 

@@ -17,8 +17,11 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dsv32  # noqa: E402
+try:
+    import dsv32
+except ImportError:  # run from a checkout without the package installed: python/ is beside
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import dsv32
 
 DEFECTS = ("rope-pairs", "topk-off-by-one", "stale-cache")
 

@@ -23,14 +23,17 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 try:
     import torch
 except ImportError as e:
     print(f"skipped: torch is not importable here ({e})")
     sys.exit(77)
 
-import dsv32  # noqa: E402
+try:
+    import dsv32
+except ImportError:  # run from a checkout without the package installed: python/ is beside
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import dsv32
 import dsv32.torch as dt  # noqa: E402
 from dsv32.torch import fp8  # noqa: E402
 

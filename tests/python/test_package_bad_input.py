@@ -127,8 +127,7 @@ def run_writer(tmp_path, body, timeout=120):
     script = tmp_path / "writer.py"
     script.write_text(_writer_script(body))
     return subprocess.run([sys.executable, str(script), str(tmp_path / "out" / "cand.h5")],
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_failed_write_is_an_error_not_a_crash(tmp_path):
@@ -287,8 +286,7 @@ def run_plugin(tmp_path, *args):
     (tmp_path / "test_user.py").write_text(USER_TEST)
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dsv32.pytest_plugin",
                         "-p", "no:cacheprovider", "test_user.py", *args],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
     return p.returncode, p.stdout + p.stderr
 
 

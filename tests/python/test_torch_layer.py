@@ -3,8 +3,8 @@ pytest: every committed golden passes in every mode; each planted boundary bug p
 fails under capture at its stage; bad layers are named, never passed; the plugin and the
 installed package work as the README shows. Capture modes skip, with the reason, without CUDA.
 
-    DSV32_TOOL=build/cpu/tools/dsv32 python3 -m pytest -p dsv32.pytest_plugin tests/python/test_torch_layer.py
-(ctest runs it as Python.TorchLayer*, with DSV32_FIXTURES and DSV32_SCRATCH set.)"""
+    DSV32_TOOL=build/cpu/tools/dsv32 python3 -m pytest tests/python/test_torch_layer.py
+(the package installed; ctest runs it as Python.TorchLayer/*, with DSV32_FIXTURES set.)"""
 import glob
 import os
 import shutil
@@ -16,11 +16,11 @@ import pytest
 torch = pytest.importorskip("torch", reason="dsv32.torch needs torch (Debian: python3-torch)")
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python", "examples"))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 import dsv32  # noqa: E402
 import dsv32.torch as dt  # noqa: E402
-from torch_layer import Stack  # noqa: E402
+import example_layers  # noqa: E402
+
+Stack = example_layers.load("torch_layer").Stack
 
 FIXTURES = os.environ.get("DSV32_FIXTURES", os.path.join(ROOT, "fixtures"))
 GOLDENS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(FIXTURES, "*.h5")))
@@ -197,9 +197,7 @@ def test_capture_without_cuda_is_refused():
 
 
 USER_TEST = '''
-import sys
-sys.path.insert(0, {examples!r})
-from torch_layer import Stack
+from torch_layer import Stack          # the example layer, a module beside this test
 
 
 def test_my_layer(dsv32_check):
@@ -214,15 +212,14 @@ def test_my_buggy_layer(dsv32_check):
 def test_the_plugin_checks_a_user_layer(tmp_path):
     """The README's user test, run by pytest with the plugin: the layer passes; the buggy one
     fails under narrow, printing the first failing stage and the command that judges again."""
-    (tmp_path / "test_user.py").write_text(
-        USER_TEST.format(examples=os.path.join(ROOT, "python", "examples")))
+    (tmp_path / "test_user.py").write_text(USER_TEST)
+    shutil.copy(os.path.join(example_layers.EXAMPLES, "torch_layer.py"), tmp_path)
     modes = "all" if CUDA else "eager"
     bug_golden = os.path.join(FIXTURES, BUG_GOLDEN + ".h5")
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "dsv32.pytest_plugin",
                         str(tmp_path / "test_user.py"), "--dsv32-mode", modes,
                         "--dsv32-golden", bug_golden],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=900,
-                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+                       capture_output=True, text=True, cwd=tmp_path, timeout=900)
     out = p.stdout + p.stderr
     if CUDA:
         assert p.returncode == 1 and "2 failed, 6 passed" in out, out[-3000:]

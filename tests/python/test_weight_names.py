@@ -4,15 +4,14 @@ tensors stacked, bad state dicts are named, and the HF names and shapes load str
 transformers' DeepseekV32Attention where transformers has it (skipped, with the reason, else)."""
 import glob
 import os
-import sys
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="dsv32.torch needs torch (Debian: python3-torch)")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
 import dsv32  # noqa: E402
+import example_layers  # noqa: E402
 from dsv32.torch import weights as W  # noqa: E402
 
 FIXTURES = os.environ.get("DSV32_FIXTURES", os.path.join(ROOT, "fixtures"))
@@ -59,8 +58,7 @@ def test_a_bad_state_dict_is_named():
 def test_hf_names_load_into_transformers():
     hf = pytest.importorskip("transformers.models.deepseek_v32.modeling_deepseek_v32",
                              reason="transformers has no DeepSeek-V3.2 model here")
-    sys.path.insert(0, os.path.join(ROOT, "python", "examples"))
-    from hf_deepseek_v32 import hf_config
+    hf_config = example_layers.load("hf_deepseek_v32").hf_config
     g = dsv32.read_golden(os.path.join(FIXTURES, "default.h5"))
     cfg, sd = hf_config(g.config), W.state_dict(g, "hf", torch.float32)
     for l in range(g.config["num_layers"]):

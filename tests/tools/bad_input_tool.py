@@ -1,30 +1,24 @@
-"""The bad-input test scripts' common ground: the dsv32 tool run as a user runs it, under a memory
-bound (4 GiB of address space) and a time bound (60 s), and fixtures copied and edited with h5py.
+"""The bad-input tests' common ground (imported by test_bad_input*.py): the dsv32 tool run as a
+user runs it, under a memory bound (4 GiB of address space) and a time bound (60 s), and
+fixtures copied and edited with h5py in the module's scratch folder.
 
-The scripts are run as SCRIPT FIXTURES_DIR SCRATCH_DIR (DSV32_TOOL names the dsv32 tool); this
-module reads those arguments, empties SCRATCH_DIR, and exits 77 (a ctest skip) without numpy or
-h5py."""
+$DSV32_TOOL names the dsv32 tool, $DSV32_FIXTURES the committed goldens (default: the
+checkout's fixtures/). The tests skip without numpy or h5py."""
 import json
 import os
 import resource
 import shutil
 import signal
 import subprocess
-import sys
 
-from checklist import check
+import pytest
 
-try:
-    import h5py
-    import numpy as np  # noqa: F401
-except ImportError as e:
-    print(f"skipped: {e} (install python3-h5py and python3-numpy)")
-    sys.exit(77)
+h5py = pytest.importorskip("h5py", reason="install python3-h5py")
+np = pytest.importorskip("numpy", reason="install python3-numpy")
 
-FIXTURES, SCRATCH = sys.argv[1], sys.argv[2]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURES = os.environ.get("DSV32_FIXTURES") or os.path.join(ROOT, "fixtures")
 TOOL = os.environ.get("DSV32_TOOL", "dsv32")
-shutil.rmtree(SCRATCH, ignore_errors=True)
-os.makedirs(SCRATCH)
 MEMORY = 4 << 30
 DEFAULT = os.path.join(FIXTURES, "default.h5")
 
@@ -52,37 +46,53 @@ def tool(*args, fsize=None, timeout=60, env=None):
         return "timeout", out.decode(errors="replace")
 
 
-def expect(name, result, rc, *words):
+def expect(result, rc, *words):
+    """Asserts that a run `result` = (exit code, output) exited `rc` and said every one of
+    `words`."""
     code, out = result
     missing = [w for w in words if w not in out]
-    check(name, code == rc and not missing,
-          f"exit {code} (want {rc}); missing {missing!r} in: {out.strip()[-600:]!r}")
+    assert code == rc and not missing, \
+        f"exit {code} (want {rc}); missing {missing!r} in: {out.strip()[-600:]!r}"
 
 
-def copy(base, name):
-    p = os.path.join(SCRATCH, name + ".h5")
-    shutil.copy(os.path.join(FIXTURES, base + ".h5"), p)
-    return p
+class Files:
+    """Copies of the committed goldens, folders and files in the scratch folder `root`."""
 
+    def __init__(self, root):
+        self.root = root
 
-def compressed_copy(base, name, compression):
-    """A copy of fixture `base` with every non-scalar dataset stored with `compression` (an h5py
-    filter: "gzip", "lzf"), attributes kept."""
-    path = os.path.join(SCRATCH, name + ".h5")
+    def path(self, name):
+        return os.path.join(self.root, name)
 
-    def clone(a, b):
-        b.attrs.update(a.attrs)
-        for key, item in a.items():
-            if isinstance(item, h5py.Group):
-                clone(item, b.create_group(key))
-            else:
-                ds = b.create_dataset(key, data=item[()],
-                                      compression=compression if item.shape else None)
-                ds.attrs.update(item.attrs)
+    def copy(self, base, name):
+        p = self.path(name + ".h5")
+        shutil.copy(os.path.join(FIXTURES, base + ".h5"), p)
+        return p
 
-    with h5py.File(os.path.join(FIXTURES, base + ".h5"), "r") as src, h5py.File(path, "w") as dst:
-        clone(src, dst)
-    return path
+    def out_dir(self, name):
+        d = self.path(name)
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def compressed_copy(self, base, name, compression):
+        """A copy of fixture `base` with every non-scalar dataset stored with `compression` (an
+        h5py filter: "gzip", "lzf"), attributes kept."""
+        path = self.path(name + ".h5")
+
+        def clone(a, b):
+            b.attrs.update(a.attrs)
+            for key, item in a.items():
+                if isinstance(item, h5py.Group):
+                    clone(item, b.create_group(key))
+                else:
+                    ds = b.create_dataset(key, data=item[()],
+                                          compression=compression if item.shape else None)
+                    ds.attrs.update(item.attrs)
+
+        with h5py.File(os.path.join(FIXTURES, base + ".h5"), "r") as src, \
+                h5py.File(path, "w") as dst:
+            clone(src, dst)
+        return path
 
 
 def edit(path, fn):

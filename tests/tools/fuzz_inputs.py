@@ -33,9 +33,7 @@ except ImportError as e:
     print(f"skipped: {e} (install python3-h5py and python3-numpy)")
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dsv32  # noqa: E402
+import dsv32  # noqa: E402 (installed: ctest's PYTHONPATH)
 from fuzz_cases_and_rows import case_file_mutation, malformed_topk_row, refused_or_whole  # noqa: E402,E501
 
 # The small committed goldens the mutations start from (one of each layout family).

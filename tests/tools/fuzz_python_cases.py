@@ -18,14 +18,15 @@ import traceback
 import h5py
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from fuzz_inputs import BASES, flip_bytes, golden_mutation  # noqa: E402
-from fuzz_cases_and_rows import malformed_topk_row  # noqa: E402
+# Run as a script (fuzz_python.py's workers): Python puts this folder first on the import path.
+from fuzz_inputs import BASES, flip_bytes, golden_mutation
+from fuzz_cases_and_rows import malformed_topk_row
 
-import dsv32  # noqa: E402 (DSV32_TOOL or the checkout's build)
-import dsv32.torch as dt  # noqa: E402
-import torch  # noqa: E402
+import dsv32  # installed (ctest's PYTHONPATH); DSV32_TOOL or the checkout's build for the tool
+import dsv32.torch as dt
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 PACKAGE = os.path.dirname(os.path.abspath(dsv32.__file__))
 # The package's own errors; anything else escaping it (AttributeError, a bare KeyError, numpy's
