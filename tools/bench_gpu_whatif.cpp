@@ -45,8 +45,8 @@ double crossing(const std::vector<double>& xs, const std::vector<double>& ys, do
 /// batches of --decode requests at --context and a prefill chunk of each --whatif-prefill size,
 /// in --whatif-rounds interleaved rounds (a cell their median), with the host spending each
 /// --dispatch-us value before every eager op and --graph-launch-us before every graph launch
-/// (Stack::set_host_costs); ratios to `wide` and `eager` from the same run, and where `narrow` over
-/// `wide` crosses 1.5x and 2x.
+/// (StackLab::set_host_costs); ratios to `wide` and `eager` from the same run, and where `narrow`
+/// over `wide` crosses 1.5x and 2x.
 int run_whatif(const BenchGpuOptions& o) {
   const auto [cfg, w] = deep_stack(o, o.whatif_layers);
   const int max_batch = largest_batch(o);

@@ -10,8 +10,8 @@
 
 namespace dsv32::gpu::k {
 
-/// Decides, per launch, whether to leave it out (timing ablation; Stack::skip_launch) and
-/// records its label (Stack::launch_labels). The stack hands one to a Launch only while it
+/// Decides, per launch, whether to leave it out (timing ablation; StackLab::skip_launch) and
+/// records its label (StackLab::launch_labels). The stack hands one to a Launch only while it
 /// ablates or records, so a normal launch does not consult it.
 class LaunchFilter {
  public:

@@ -1,8 +1,8 @@
 // The layer's H ops (BOUNDARIES.md): indexer_topk's selection, the sparse_mqa backend and
 // uv_proj in both forms, each host-driven (launch shapes from T_a and the longest context) or,
-// for a device-driven plan (LaunchState::device_driven), device-driven: launched over the capture size's T
-// rows with the live rows, their contexts and the short-prefill decision read on the device
-// (k::Meta::live), so that a full graph replays them for any decode step. Both run the same
+// for a device-driven plan (LaunchState::device_driven), device-driven: launched over the capture
+// size's T rows with the live rows, their contexts and the short-prefill decision read on the
+// device (k::Meta::live), so that a full graph replays them for any decode step. Both run the same
 // kernels on the same shapes, so their rows agree bitwise: the products of sparse_mqa run over
 // all T rows in both.
 #include <algorithm>
@@ -58,7 +58,7 @@ void StackImpl<S>::indexer_topk_device(int l, const LaunchState& st) {
                         faults_.topk_fault(), topk_paths_->get());
 }
 
-/// The score kernel's path (Stack::kernel_paths).
+/// The score kernel's path (StackReport::kernel_paths).
 template <class S>
 std::string StackImpl<S>::score_path(k::IndexScoreKernel kernel) const {
   return kernel == k::IndexScoreKernel::mma       ? "index scores: tensor cores (mma)"
@@ -66,7 +66,7 @@ std::string StackImpl<S>::score_path(k::IndexScoreKernel kernel) const {
                                                   : "index scores: grouped heads";
 }
 
-/// The top-k select's row class for the step's longest row (Stack::kernel_paths): every row
+/// The top-k select's row class for the step's longest row (StackReport::kernel_paths): every row
 /// within K, bins in registers (up to 16 keys a thread), or the general select past that.
 template <class S>
 std::string StackImpl<S>::topk_path() const {
@@ -108,8 +108,7 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   // indexer's stream still open it runs there, after the select, and the join follows it.
   if (launch_rows > 0)
     k::launch_mqa_gather(go("sparse_mqa", streams_.forked() ? streams_.aux() : streams_.main()), d,
-                         m, launch_rows, w.kv,
-                         topk_->get(), mqa_keys_->get(),
+                         m, launch_rows, w.kv, topk_->get(), mqa_keys_->get(),
                          (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
                          w.topk_trace->get());
   streams_.join(st);  // the gathered keys (a no-op when never forked)
@@ -127,10 +126,10 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
     if (ablation_.skip_blas("sparse_mqa", what)) return;
     // T batches, whichever rows are live: cuBLAS's choice of kernel may depend on the batch
     // count, and the device-driven variant cannot know T_a.
-    check_blas(blas().gemm_strided_batched(streams_.handle(streams_.main()), ta, CUBLAS_OP_N, rows, cols, depth, alpha, a,
-                                           cuda_type<S>(), lda, sa, b, cuda_type<S>(), ldb, sb,
-                                           beta, c, CUDA_R_32F, ldc, sc, T_, compute_type<S>(),
-                                           CUBLAS_GEMM_DEFAULT),
+    check_blas(blas().gemm_strided_batched(streams_.handle(streams_.main()), ta, CUBLAS_OP_N, rows,
+                                           cols, depth, alpha, a, cuda_type<S>(), lda, sa, b,
+                                           cuda_type<S>(), ldb, sb, beta, c, CUDA_R_32F, ldc, sc,
+                                           T_, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                what);
   };
   const long long key_stride = static_cast<long long>(d.K) * W;
@@ -143,8 +142,8 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
           mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
   // The gather and the finish also write the trace copies (not part of the op's contract):
   // this layer's sets and latent.
-  k::launch_mqa_finish(go("sparse_mqa"), d, m, launch_rows, mqa_acc_->get(), mqa_ml_->get(),
-                       olat, w.olat_trace->get(), w.lse->get());
+  k::launch_mqa_finish(go("sparse_mqa"), d, m, launch_rows, mqa_acc_->get(), mqa_ml_->get(), olat,
+                       w.olat_trace->get(), w.lse->get());
 }
 
 /// The no-copy form: backend rows [0, T_a) into o.

@@ -86,8 +86,8 @@ void StackImpl<S>::synthesize_context(const StepInput& in) {
     if (r.ctx == 0) continue;
     const auto table = upload(r.block_table, "synthesize");
     for (int l = 0; l < cfg.num_layers; ++l)
-      k::launch_synthesize<S>({streams_.main(), "synthesize"}, d, table->get(), r.ctx, layers_[l].kv,
-                              layers_[l].index, cfg.is_full_layer(l));
+      k::launch_synthesize<S>({streams_.main(), "synthesize"}, d, table->get(), r.ctx,
+                              layers_[l].kv, layers_[l].index, cfg.is_full_layer(l));
     check(cudaStreamSynchronize(streams_.main()), "synthesize");
   }
 }
@@ -200,12 +200,8 @@ k::Dims StackImpl<S>::dims() const {
 
 template <class S>
 k::Meta StackImpl<S>::meta(const LaunchState& st) const {
-  k::Meta m{positions_->get(),
-            slots_->get(),
-            request_of_token_->get(),
-            block_table_->get(),
-            rope_cos_->get(),
-            rope_sin_->get()};
+  k::Meta m{positions_->get(),   slots_->get(),    request_of_token_->get(),
+            block_table_->get(), rope_cos_->get(), rope_sin_->get()};
   if (st.device_driven) {
     m.live = live_->get();
     m.short_prefill = live_->get() + 1;

@@ -86,9 +86,9 @@ CaptureInfo StackImpl<S>::capture_one(const boundary::Plan& plan, int T, bool al
   check(cudaStreamSynchronize(streams_.main()), "capture warm-up");
   upload_step(empty);  // ones again: a graph op that ran during capture would change them
   faults_.at_capture(positions_->get(), live_->get(), T, streams_.main());
-  Capture cap{std::make_unique<BreakableGraph>(streams_.main(),
-                                               std::vector<Stream>{streams_.aux()}),
-              std::make_unique<LaunchState>()};
+  Capture cap{
+      std::make_unique<BreakableGraph>(streams_.main(), std::vector<Stream>{streams_.aux()}),
+      std::make_unique<LaunchState>()};
   BreakableGraph& graph = *cap.graph;
   // Graph ops record under `rec`; eager ops run under the capture's own state, now (capturing,
   // on empty metadata) and at every replay (not capturing).

@@ -14,10 +14,7 @@ using M = boundary::StackMutant;
 
 template <class S>
 Faults<S>::Faults(const Config& cfg, int max_tokens)
-    : max_tokens_(max_tokens), block_size_(cfg.block_size) {
-  positions_seen_ = detail::zeros<int>(max_tokens);
-  live_seen_ = detail::zeros<int>(max_tokens + 3);
-}
+    : max_tokens_(max_tokens), block_size_(cfg.block_size) {}
 
 template <class S>
 Faults<S>::~Faults() {
@@ -28,6 +25,11 @@ template <class S>
 void Faults<S>::set(M mutant) {
   if (mutant == M::unjoined_stream && !side_)
     check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "side stream");
+  // What the stale-* mutants keep of a capture's metadata (the serving stack holds none).
+  if (mutant == M::stale_positions && !positions_seen_)
+    positions_seen_ = detail::zeros<int>(max_tokens_);
+  if ((mutant == M::stale_full_metadata || mutant == M::stale_short_prefill) && !live_seen_)
+    live_seen_ = detail::zeros<int>(max_tokens_ + 3);
   mutant_ = mutant;
   baked_short_.clear();
   block_owner_.clear();

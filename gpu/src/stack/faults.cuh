@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "../buffers.cuh"
-#include "../kernels/params.cuh"
 #include "../kernels/launch.cuh"
+#include "../kernels/params.cuh"
 #include "../kernels/topk_select.cuh"
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/oracle/scenario.hpp"
@@ -70,9 +70,9 @@ class Faults {
   int max_tokens_, block_size_;
   std::map<int, bool> baked_short_;  // baked-short-prefill: layer -> the capture's decision
   std::map<int, int> block_owner_;   // reused-block-skip: the request each block first served
-  std::vector<std::unique_ptr<detail::DeviceBuffer<S>>> fresh_;  // fresh-output's buffers
+  std::vector<std::unique_ptr<detail::DeviceBuffer<S>>> fresh_;            // fresh-output's buffers
   std::unique_ptr<detail::DeviceBuffer<int>> positions_seen_, live_seen_;  // stale-*
-  cudaStream_t side_ = nullptr;  // unjoined-stream
+  cudaStream_t side_ = nullptr;                                            // unjoined-stream
 };
 
 }  // namespace dsv32::gpu::stack

@@ -23,13 +23,13 @@
 #include "blas_api.hpp"
 #include "dsv32/gpu/stack.hpp"
 #include "dsv32/gpu/stack_lab.hpp"
+#include "dsv32/oracle/numerics.hpp"
+#include "dsv32/oracle/oracle.hpp"
+#include "dsv32/oracle/rope.hpp"
 #include "faults.cuh"
 #include "lab.cuh"
 #include "launch_state.cuh"
 #include "streams.cuh"
-#include "dsv32/oracle/numerics.hpp"
-#include "dsv32/oracle/oracle.hpp"
-#include "dsv32/oracle/rope.hpp"
 
 namespace dsv32::gpu {
 

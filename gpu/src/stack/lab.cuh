@@ -13,7 +13,7 @@
 
 namespace dsv32::gpu::stack {
 
-/// Stack::set_host_costs: us of host time before each op run eagerly and each graph launch.
+/// StackLab::set_host_costs: us of host time before each op run eagerly and each graph launch.
 class HostCosts {
  public:
   void set(double eager_op_us, double graph_launch_us);
@@ -26,7 +26,7 @@ class HostCosts {
   double op_us_ = 0, graph_us_ = 0;
 };
 
-/// Stack::skip_launch and Stack::launch_labels: a launch is labelled "op:kernel" (a kernel of
+/// StackLab::skip_launch and StackLab::launch_labels: a launch is labelled "op:kernel" (a kernel of
 /// ours), "op:cuBLAS what" or "o_proj:all-gather"; the one labelled as set is left out, and
 /// every label is recorded while labels are recorded.
 class Ablation final : public k::LaunchFilter {

@@ -30,7 +30,7 @@ struct LaunchState {
 
   bool in_graph() const { return where == Where::graph; }
   bool in_eager_segment() const { return where == Where::eager_segment; }
-  /// A framework's host cost applies (Stack::set_host_costs): an op run for real, not recorded.
+  /// A framework's host cost applies (StackLab::set_host_costs): an op run for real, not recorded.
   bool charged() const { return !capturing && graph == nullptr; }
 };
 

@@ -98,9 +98,9 @@ void StackImpl<S>::gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows
   }
   if (ablation_.skip_blas(op, "GEMM")) return;
   const float one = 1.f, zero = 0.f;
-  check_blas(blas().gemm(streams_.handle(s), CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim,
-                         &one, w, cuda_type<S>(), kdim, x, cuda_type<S>(), ldx, &zero, y,
-                         cuda_type<S>(), ldy, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+  check_blas(blas().gemm(streams_.handle(s), CUBLAS_OP_T, CUBLAS_OP_N, n, rows, kdim, &one, w,
+                         cuda_type<S>(), kdim, x, cuda_type<S>(), ldx, &zero, y, cuda_type<S>(),
+                         ldy, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
              op);
 }
 
@@ -139,10 +139,10 @@ void StackImpl<S>::uk_absorb(int l) {
   if (ablation_.skip_blas("uk_absorb", "batched GEMM")) return;
   const float one = 1.f, zero = 0.f;
   check_blas(blas().gemm_strided_batched(
-                 streams_.handle(streams_.main()), CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one, w.w_kv_b->get(), cuda_type<S>(),
-                 L, static_cast<long long>(dkv) * L, w.q->get(), cuda_type<S>(), H * dq, dq, &zero,
-                 w.qpack->get(), cuda_type<S>(), H * (L + d.dr), L + d.dr, H, compute_type<S>(),
-                 CUBLAS_GEMM_DEFAULT),
+                 streams_.handle(streams_.main()), CUBLAS_OP_N, CUBLAS_OP_N, L, T, d.dn, &one,
+                 w.w_kv_b->get(), cuda_type<S>(), L, static_cast<long long>(dkv) * L, w.q->get(),
+                 cuda_type<S>(), H * dq, dq, &zero, w.qpack->get(), cuda_type<S>(), H * (L + d.dr),
+                 L + d.dr, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
              "uk_absorb");
 }
 
@@ -188,8 +188,7 @@ void StackImpl<S>::o_proj(int l) {
   if (!gather_) return;
   const long long n = static_cast<long long>(T_) * d.D;
   if (!ablation_.skip_label("o_proj:all-gather"))
-    gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S),
-                        streams_.main());
+    gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), streams_.main());
   k::launch_sum_ranks(go("o_proj"), parts_->get(), gather_->ranks(), n, w.y->get());
 }
 

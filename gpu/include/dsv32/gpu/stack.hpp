@@ -49,7 +49,7 @@ struct StackOptions {
 /// --far-blocks` and the mutant int32-offset place blocks at.
 long long far_block_offset(const Config& cfg);
 
-/// What served one step of a stack (Stack::served): the plan that ran it (a dispatch plan's
+/// What served one step of a stack (StackReport::served): the plan that ran it (a dispatch plan's
 /// own or its piecewise plan) and how: a full graph (device-driven), a piecewise graph or
 /// eagerly, at the step's capture size.
 struct Served {
@@ -95,9 +95,9 @@ struct StackReport {
 class StackLab;
 
 /// One stack on one device: weights, paged caches, the shared top-k buffer and every inter-op
-/// tensor, allocated once for capture sizes up to `max_tokens`. The serving stack: construct it, run steps under plans (capturing on first use), read what
-/// it did. Timing, ablation, host-cost modelling and planted bugs are its lab (Stack::lab,
-/// gpu/stack_lab.hpp).
+/// tensor, allocated once for capture sizes up to `max_tokens`. The serving stack: construct it,
+/// run steps under plans (capturing on first use), read what it did. Timing, ablation, host-cost
+/// modelling and planted bugs are its lab (Stack::lab, gpu/stack_lab.hpp).
 class Stack {
  public:
   /// On CUDA device `device`. With `gather`, the stack is one rank of a tensor-parallel group
@@ -137,8 +137,8 @@ class Stack {
   std::unique_ptr<StackLab> lab_;
 };
 
-/// The paths of the top-k select's rows as Stack::kernel_paths names them (counted in rows, on
-/// the device): all of 0..p; the short path's bins; the general select's threshold bin ranked;
+/// The paths of the top-k select's rows as StackReport::kernel_paths names them (counted in rows,
+/// on the device): all of 0..p; the short path's bins; the general select's threshold bin ranked;
 /// a crowded threshold bin (more than 128 keys) resolved by radix passes within it; radix
 /// passes over the whole row (no bins, a non-finite score, one value).
 inline constexpr const char* kTopkRowPathNames[] = {
