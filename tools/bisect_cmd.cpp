@@ -88,16 +88,16 @@ int run(const BisectOptions& o) {
         gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, p, m,
         [&](const std::string& line) { fmt::print(stderr, "  [{}] {}\n", m, line); });
     fmt::print("{:<20} {:<13} {:<20} {:<14} {:<16} {:>5}  {}\n", m.empty() ? "(none)" : m,
-               gc.case_id, p.name, r.verdict, r.op.empty() ? "-" : r.op,
+               gc.case_id, p.name, to_string(r.verdict), r.op.empty() ? "-" : r.op,
                r.layer < 0 ? std::string("-") : std::to_string(r.layer),
                r.where.empty() ? "-" : r.where);
     if (!o.all_mutants) fmt::print("{}\n{}\n", r.summary(), r.detail);
-    unnoticed += r.verdict == "none" ? 1 : 0;
-    diverged += r.verdict == "none" ? 0 : 1;
+    unnoticed += r.verdict == BisectVerdict::none ? 1 : 0;
+    diverged += r.verdict == BisectVerdict::none ? 0 : 1;
     out["results"].push_back({{"mutant", m},
                               {"case", gc.case_id},
                               {"plan", p.name},
-                              {"verdict", r.verdict},
+                              {"verdict", std::string(to_string(r.verdict))},
                               {"op", r.op},
                               {"layer", r.layer},
                               {"where", r.where},

@@ -1,15 +1,56 @@
 #include "dsv32/boundary/plan.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace dsv32::boundary {
 namespace {
 
-bool indexer_op(std::string_view op) {
-  return op == "indexer_wk_proj" || op == "indexer_wq_b" || op == "indexer_topk";
+/// A set of ops as bits (1 << index(op)).
+constexpr std::uint32_t ops_of(std::initializer_list<Op> ops) {
+  std::uint32_t bits = 0;
+  for (const Op op : ops) bits |= 1u << index(op);
+  return bits;
+}
+
+struct PresetInfo {
+  PlanPreset preset;
+  std::string_view name;
+  std::uint32_t eager_ops;  // ops_of: the ops that run eagerly between the segments
+};
+
+// The presets of BOUNDARIES.md section 2; `eager` (no capture), `full` (device-driven, `eager`
+// for the other steps) and `full-and-piecewise` (built from `full` and `narrow`) are set in
+// plan_preset.
+constexpr std::array<PresetInfo, 7> kPresets{{
+    {PlanPreset::eager, "eager", 0},
+    {PlanPreset::breakable_eager, "breakable-eager", (1u << kNumOps) - 1},
+    {PlanPreset::wide, "wide",
+     ops_of({Op::norm_rope_cache, Op::q_b_proj, Op::uk_absorb, Op::indexer_wq_b, Op::fused_q,
+             Op::indexer_topk, Op::sparse_mqa, Op::uv_proj})},
+    {PlanPreset::narrow, "narrow", ops_of({Op::indexer_topk, Op::sparse_mqa, Op::uv_proj})},
+    {PlanPreset::narrow_copy, "narrow-copy",
+     ops_of({Op::indexer_topk, Op::sparse_mqa, Op::latent_copy})},
+    {PlanPreset::full, "full", 0},
+    {PlanPreset::full_and_piecewise, "full-and-piecewise", 0},
+}};
+
+/// The dispatch plan over `piece` (named `given` in messages; `narrow`: the default name).
+Plan dispatch_over(const Config& cfg, Plan piece, std::string_view given, bool narrow) {
+  if (piece.device_driven)
+    throw PlanError("full-and-piecewise: the piecewise plan '" + std::string(given) +
+                    "' is device-driven; it must serve steps that are not a uniform decode");
+  Plan p = plan_preset(PlanPreset::full, cfg);
+  p.name = narrow ? "full-and-piecewise" : "full-and-piecewise:" + std::string(given);
+  p.mixed = std::make_shared<const Plan>(std::move(piece));
+  return p;
 }
 
 }  // namespace
+
+Placement& LayerPlacement::operator[](std::string_view op) {
+  return (*this)[op_of(op)];
+}
 
 const std::vector<std::string>& op_names() {
   static const std::vector<std::string> ops = [] {
@@ -39,21 +80,22 @@ bool uniform_decode(const StepInput& in) {
   return true;
 }
 
+OpList Plan::layer_ops(const Config& cfg, int layer) const {
+  return dsv32::layer_ops(cfg, layer, copy_form);
+}
+
+Placement Plan::at(int layer, Op op) const {
+  return capture ? placement.at(layer)[op] : Placement::eager;
+}
+
 std::vector<std::string> Plan::ops(const Config& cfg, int layer) const {
   std::vector<std::string> out;
-  for (const std::string& op : op_names()) {
-    if (indexer_op(op) && !cfg.is_full_layer(layer)) continue;
-    if (copy_form ? op == "uv_proj" : (op == "latent_copy" || op == "uv_proj_static")) continue;
-    out.push_back(op);
-  }
+  for (const Op op : layer_ops(cfg, layer)) out.push_back(op_name(op));
   return out;
 }
 
 Placement Plan::at(int layer, const std::string& op) const {
-  if (!capture) return Placement::eager;
-  const auto& m = placement.at(layer);
-  const auto it = m.find(op);
-  return it == m.end() ? Placement::graph : it->second;
+  return at(layer, op_of(op));
 }
 
 std::string Plan::signature() const {
@@ -71,148 +113,66 @@ std::string Plan::record_signature() const {
                   (device_driven ? " device-driven" : "");
   for (std::size_t l = 0; l < placement.size(); ++l) {
     s += " |";
-    for (const std::string& op : op_names())
-      s += at(static_cast<int>(l), op) == Placement::graph ? 'G' : 'E';
+    for (const OpInfo& op : kOpTable)
+      s += at(static_cast<int>(l), op.op) == Placement::graph ? 'G' : 'E';
   }
   return s;
 }
 
+const std::string& plan_preset_name(PlanPreset p) {
+  static const std::vector<std::string> names = plan_names();
+  return names.at(static_cast<std::size_t>(p));
+}
+
+std::optional<PlanPreset> find_plan_preset(std::string_view name) {
+  for (const PresetInfo& p : kPresets)
+    if (p.name == name) return p.preset;
+  return std::nullopt;
+}
+
 std::vector<std::string> plan_names() {
-  return {"eager", "breakable-eager",   "wide", "narrow", "narrow-copy",
-          "full",  "full-and-piecewise"};
-}
-
-Plan plan_preset(std::string_view name, const Config& cfg) {
-  if (name == "full-and-piecewise") return full_and_piecewise(cfg, "narrow");
-  if (constexpr std::string_view fp = "full-and-piecewise:"; name.substr(0, fp.size()) == fp)
-    return full_and_piecewise(cfg, name.substr(fp.size()));
-  Plan p;
-  p.name = std::string(name);
-  std::vector<std::string> eager_ops;
-  if (name == "eager") {
-    p.capture = false;
-  } else if (name == "breakable-eager") {
-    eager_ops = op_names();
-  } else if (name == "wide") {
-    eager_ops = {"norm_rope_cache", "q_b_proj",     "uk_absorb",  "indexer_wq_b",
-                 "fused_q",         "indexer_topk", "sparse_mqa", "uv_proj"};
-  } else if (name == "narrow") {
-    eager_ops = {"indexer_topk", "sparse_mqa", "uv_proj"};
-  } else if (name == "narrow-copy") {
-    p.copy_form = true;
-    eager_ops = {"indexer_topk", "sparse_mqa", "latent_copy"};
-  } else if (name == "full") {
-    p.device_driven = true;
-    p.mixed = std::make_shared<const Plan>(plan_preset("eager", cfg));
-  } else {
-    std::string known;
-    for (const std::string& n : plan_names()) known += (known.empty() ? "" : ", ") + n;
-    throw PlanError("unknown plan '" + std::string(name) + "' (known: " + known + ")");
-  }
-  p.placement.resize(cfg.num_layers);
-  for (auto& layer : p.placement) {
-    for (const std::string& op : op_names()) layer[op] = Placement::graph;
-    for (const std::string& op : eager_ops) layer[op] = Placement::eager;
-  }
-  return p;
-}
-
-Plan full_and_piecewise(const Config& cfg, std::string_view piecewise) {
-  Plan piece = plan_preset(piecewise, cfg);
-  if (piece.device_driven)
-    throw PlanError("full-and-piecewise: the piecewise plan '" + std::string(piecewise) +
-                    "' is device-driven; it must serve steps that are not a uniform decode");
-  Plan p = plan_preset("full", cfg);
-  p.name =
-      piecewise == "narrow" ? "full-and-piecewise" : "full-and-piecewise:" + std::string(piecewise);
-  p.mixed = std::make_shared<const Plan>(std::move(piece));
-  return p;
-}
-
-const std::vector<std::string>& mutant_names() {
-  static const std::vector<std::string> names{
-      "fresh-output",        "capture-host-op", "baked-short-prefill", "uv-captured-nocopy",
-      "shared-layer-clears", "no-topk-clear",   "double-rope",         "padded-cache-write",
-      "stale-positions",     "unjoined-stream", "full-for-mixed",      "stale-full-metadata",
-      "stale-short-prefill", "verify-stride",   "topk-bin-overflow",   "topk-edge",
-      "reused-block-skip",   "int32-offset"};
+  std::vector<std::string> names;
+  for (const PresetInfo& p : kPresets) names.emplace_back(p.name);
   return names;
 }
 
-std::string mutant_bait(std::string_view mutant) {
-  if (mutant == "verify-stride") return "spec-verify";
-  if (mutant == "topk-bin-overflow") return "topk-stress";
-  if (mutant == "topk-edge") return "chunk-edges";
-  if (mutant == "reused-block-skip") return "block-reuse";
-  if (mutant == "int32-offset") return "spec-verify";  // any case: it runs on far blocks
-  return "mutant-bait";
-}
-
-bool is_full_graph_mutant(std::string_view mutant) {
-  return mutant == "full-for-mixed" || mutant == "stale-full-metadata" ||
-         mutant == "stale-short-prefill" || mutant == "verify-stride";
-}
-
-std::string mutant_plan(std::string_view mutant) {
-  return is_full_graph_mutant(mutant) ? "full-and-piecewise" : "narrow";
-}
-
-bool is_plan_mutant(std::string_view mutant) {
-  return mutant == "capture-host-op" || mutant == "uv-captured-nocopy";
-}
-
-std::string stack_switch(std::string_view mutant) {
-  return is_plan_mutant(mutant) ? std::string() : std::string(mutant);
-}
-
-StackMutant stack_mutant(std::string_view name) {
-  static const std::pair<const char*, StackMutant> kStack[] = {
-      {"fresh-output", StackMutant::fresh_output},
-      {"baked-short-prefill", StackMutant::baked_short_prefill},
-      {"shared-layer-clears", StackMutant::shared_layer_clears},
-      {"no-topk-clear", StackMutant::no_topk_clear},
-      {"double-rope", StackMutant::double_rope},
-      {"padded-cache-write", StackMutant::padded_cache_write},
-      {"stale-positions", StackMutant::stale_positions},
-      {"unjoined-stream", StackMutant::unjoined_stream},
-      {"full-for-mixed", StackMutant::full_for_mixed},
-      {"stale-full-metadata", StackMutant::stale_full_metadata},
-      {"stale-short-prefill", StackMutant::stale_short_prefill},
-      {"verify-stride", StackMutant::verify_stride},
-      {"topk-bin-overflow", StackMutant::topk_bin_overflow},
-      {"topk-edge", StackMutant::topk_edge},
-      {"reused-block-skip", StackMutant::reused_block_skip},
-      {"int32-offset", StackMutant::int32_offset}};
-  if (name.empty()) return StackMutant::none;
-  for (const auto& [n, m] : kStack)
-    if (name == n) return m;
-  throw PlanError("'" + std::string(name) +
-                  "' is not a stack mutant (plan mutants go through boundary::mutate_plan)");
-}
-
-Plan mutate_plan(const Plan& plan, std::string_view mutant) {
-  const auto& names = mutant_names();
-  if (std::find(names.begin(), names.end(), mutant) == names.end()) {
-    std::string known;
-    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw PlanError("unknown mutant '" + std::string(mutant) + "' (known: " + known + ")");
+Plan plan_preset(PlanPreset preset, const Config& cfg) {
+  if (preset == PlanPreset::full_and_piecewise) return full_and_piecewise(cfg, PlanPreset::narrow);
+  const PresetInfo& info = kPresets.at(static_cast<std::size_t>(preset));
+  Plan p;
+  p.name = std::string(info.name);
+  p.capture = preset != PlanPreset::eager;
+  p.copy_form = preset == PlanPreset::narrow_copy;
+  if (preset == PlanPreset::full) {
+    p.device_driven = true;
+    p.mixed = std::make_shared<const Plan>(plan_preset(PlanPreset::eager, cfg));
   }
-  if (is_full_graph_mutant(mutant) && !plan.device_driven)
-    throw PlanError("mutant '" + std::string(mutant) + "' is a bug of the full graphs: plan '" +
-                    plan.name + "' has none (use full or full-and-piecewise)");
-  if (!is_plan_mutant(mutant)) return plan;
-  if (!plan.capture) throw PlanError("mutant '" + std::string(mutant) + "' needs a captured plan");
-  Plan p = plan;
-  p.name += "+" + std::string(mutant);
-  p.allow_host_capture = true;
-  for (auto& layer : p.placement) {
-    if (mutant == "capture-host-op") layer["sparse_mqa"] = Placement::graph;
-    if (mutant == "uv-captured-nocopy") {
-      p.copy_form = false;
-      layer["uv_proj"] = Placement::graph;
-    }
-  }
+  p.placement.resize(cfg.num_layers);
+  for (LayerPlacement& layer : p.placement)
+    for (auto& [op, where] : layer)
+      where = info.eager_ops & (1u << index(op)) ? Placement::eager : Placement::graph;
   return p;
+}
+
+Plan full_and_piecewise(const Config& cfg, PlanPreset piecewise) {
+  return dispatch_over(cfg, plan_preset(piecewise, cfg), plan_preset_name(piecewise),
+                       piecewise == PlanPreset::narrow);
+}
+
+Plan plan_preset(std::string_view name, const Config& cfg) {
+  if (const std::optional<PlanPreset> p = find_plan_preset(name)) return plan_preset(*p, cfg);
+  if (name.starts_with("full-and-piecewise:"))
+    return full_and_piecewise(cfg, name.substr(name.find(':') + 1));
+  std::string known;
+  for (const PresetInfo& p : kPresets) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  throw PlanError("unknown plan '" + std::string(name) + "' (known: " + known + ")");
+}
+
+Plan full_and_piecewise(const Config& cfg, std::string_view piecewise) {
+  if (const std::optional<PlanPreset> p = find_plan_preset(piecewise))
+    return full_and_piecewise(cfg, *p);
+  // Not a preset: unknown (plan_preset throws), or "full-and-piecewise:P", device-driven.
+  return dispatch_over(cfg, plan_preset(piecewise, cfg), piecewise, false);
 }
 
 std::vector<int> capture_sizes(int max_size) {
@@ -254,18 +214,14 @@ void validate(const Plan& plan, const Config& cfg, bool allow_host_capture) {
   if (static_cast<int>(plan.placement.size()) != cfg.num_layers)
     throw PlanError("plan '" + plan.name + "' covers " + std::to_string(plan.placement.size()) +
                     " layers, the config has " + std::to_string(cfg.num_layers));
-  for (int l = 0; l < cfg.num_layers; ++l) {
-    for (const auto& [op, where] : plan.placement[l])
-      if (std::find(op_names().begin(), op_names().end(), op) == op_names().end())
-        throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": unknown op '" +
-                        op + "'");
-    if (allow_host_capture) continue;
-    for (const std::string& op : plan.ops(cfg, l))
-      if (is_host_op(op) && plan.at(l, op) == Placement::graph && !plan.device_driven)
-        throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": op '" + op +
+  if (allow_host_capture || plan.device_driven) return;
+  for (int l = 0; l < cfg.num_layers; ++l)
+    for (const Op op : plan.layer_ops(cfg, l))
+      if (is_host_op(op) && plan.at(l, op) == Placement::graph)
+        throw PlanError("plan '" + plan.name + "' layer " + std::to_string(l) + ": op '" +
+                        op_name(op) +
                         "' depends on host metadata or a backend-owned buffer and has no "
                         "device-driven variant: it cannot be captured");
-  }
 }
 
 }  // namespace dsv32::boundary

@@ -1,5 +1,7 @@
 #include "dsv32/judge/bisect.hpp"
 
+#include <optional>
+#include <ostream>
 #include <utility>
 
 #include "dsv32/judge/judge.hpp"
@@ -15,17 +17,47 @@ std::string op_of(const std::string& stage) {
 
 }  // namespace
 
+std::string_view to_string(BisectVerdict v) {
+  switch (v) {
+    case BisectVerdict::none:
+      return "none";
+    case BisectVerdict::data:
+      return "data";
+    case BisectVerdict::eager_segment:
+      return "eager-segment";
+    case BisectVerdict::boundary:
+      return "boundary";
+    case BisectVerdict::dispatch:
+      return "dispatch";
+  }
+  return "?";
+}
+
+std::ostream& operator<<(std::ostream& os, BisectVerdict v) {
+  return os << to_string(v);
+}
+
+bool operator==(BisectVerdict v, std::string_view name) {
+  return to_string(v) == name;
+}
+
 std::string BisectReport::summary() const {
-  if (verdict == "none") return "no divergence: the plan gives eager's bits and eager passes";
-  if (verdict == "boundary")
-    return "capturing op '" + op + "' of layer " + std::to_string(layer) +
-           " breaks bitwise equality with eager (first divergence " + where + ")";
-  if (verdict == "dispatch")
-    return "a step that is not a uniform decode was served by the full graph (first divergence " +
-           where + ")";
-  if (verdict == "eager-segment")
-    return "breakable-eager already differs from eager: first divergence " + where + " (op '" + op +
-           "')";
+  switch (verdict) {
+    case BisectVerdict::none:
+      return "no divergence: the plan gives eager's bits and eager passes";
+    case BisectVerdict::boundary:
+      return "capturing op '" + op + "' of layer " + std::to_string(layer) +
+             " breaks bitwise equality with eager (first divergence " + where + ")";
+    case BisectVerdict::dispatch:
+      return "a step that is not a uniform decode was served by the full graph (first "
+             "divergence " +
+             where + ")";
+    case BisectVerdict::eager_segment:
+      return "breakable-eager already differs from eager: first divergence " + where + " (op '" +
+             op + "')";
+    case BisectVerdict::data:
+      break;
+  }
   return "eager fails the oracle: first failing stage " + where + " (op '" + op + "')";
 }
 
@@ -33,8 +65,11 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
                     int num_blocks, const std::vector<StepInput>& steps, const boundary::Plan& plan,
                     const std::string& mutant, const PlanRunner& run_plan,
                     const std::function<void(const std::string&)>& progress) {
-  const boundary::Plan target = mutant.empty() ? plan : boundary::mutate_plan(plan, mutant);
-  const std::string stack_mutant = boundary::stack_switch(mutant);
+  // The mutant's name is parsed here, once.
+  const std::optional<boundary::Mutant> m =
+      mutant.empty() ? std::nullopt : std::optional(boundary::parse_mutant(mutant));
+  const boundary::Plan target = m ? boundary::mutate_plan(plan, *m) : plan;
+  const std::string stack_mutant = m && !boundary::is_plan_mutant(*m) ? mutant : std::string();
   BisectReport rep;
   const auto run = [&](const boundary::Plan& p, const std::string& what) {
     std::vector<StepTrace> out = run_plan(p, stack_mutant);
@@ -42,12 +77,12 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
     if (progress) progress("run " + std::to_string(rep.runs) + ": " + what);
     return out;
   };
-  const boundary::Plan eager = boundary::plan_preset("eager", cfg);
+  const boundary::Plan eager = boundary::plan_preset(boundary::PlanPreset::eager, cfg);
   const std::vector<StepTrace> base = run(eager, "eager");
   // A data bug: eager itself is wrong. Named by the first stage the oracle rejects.
   const Judgement j = judge(cfg, weights, num_blocks, steps, base);
   if (!j.failures.empty()) {
-    rep.verdict = "data";
+    rep.verdict = BisectVerdict::data;
     rep.where = Divergence{j.first_step, j.first_layer, j.first_stage, ""}.where();
     rep.op = op_of(j.first_stage);
     rep.layer = j.first_layer;
@@ -64,11 +99,11 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
     // device-driven variants).
     boundary::Plan none = t;
     none.name = "bisect-0";
-    for (auto& layer : none.placement)
-      for (const std::string& op : boundary::op_names()) layer[op] = boundary::Placement::eager;
+    for (boundary::LayerPlacement& layer : none.placement)
+      for (auto& [op, where] : layer) where = boundary::Placement::eager;
     const Divergence d0 = differs(run(none, "every op eager"));
     if (d0.found()) {
-      rep.verdict = "eager-segment";
+      rep.verdict = BisectVerdict::eager_segment;
       rep.where = d0.where();
       rep.op = op_of(d0.stage);
       rep.layer = d0.layer;
@@ -77,9 +112,9 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
     }
     // The plan's captured ops in execution order; the shortest prefix that breaks ends in the
     // culprit (a prefix captures those ops and leaves the rest eager).
-    std::vector<std::pair<int, std::string>> graph_ops;
+    std::vector<std::pair<int, Op>> graph_ops;
     for (int l = 0; l < cfg.num_layers; ++l)
-      for (const std::string& op : t.ops(cfg, l))
+      for (const Op op : t.layer_ops(cfg, l))
         if (t.at(l, op) == boundary::Placement::graph) graph_ops.emplace_back(l, op);
     std::size_t lo = 0, hi = graph_ops.size();  // prefix lo is good, prefix hi is bad
     Divergence bad = whole;
@@ -96,9 +131,9 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
       else
         lo = mid;
     }
-    rep.verdict = "boundary";
+    rep.verdict = BisectVerdict::boundary;
     rep.layer = graph_ops[hi - 1].first;
-    rep.op = graph_ops[hi - 1].second;
+    rep.op = op_name(graph_ops[hi - 1].second);
     rep.where = bad.where();
     rep.detail = bad.detail;
   };
@@ -117,7 +152,7 @@ BisectReport bisect(const Config& cfg, const std::shared_ptr<const Weights>& wei
     // The piecewise plan alone gives eager's bits: a step that is not a uniform decode and still
     // differs was served by the full graph.
     if (!boundary::uniform_decode(steps.at(whole.step))) {
-      rep.verdict = "dispatch";
+      rep.verdict = BisectVerdict::dispatch;
       rep.where = whole.where();
       rep.detail = "step " + std::to_string(whole.step) +
                    " is not a uniform decode and differs from eager, while plan " + piecewise.name +

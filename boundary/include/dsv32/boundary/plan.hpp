@@ -2,25 +2,47 @@
 // graph segment and which runs eagerly between segments at replay. Plans are data.
 #pragma once
 
-#include <map>
+#include <array>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "dsv32/boundary/error.hpp"
+#include "dsv32/boundary/mutants.hpp"
 #include "dsv32/oracle/config.hpp"
 #include "dsv32/oracle/ops.hpp"
 #include "dsv32/oracle/scenario.hpp"
 
 namespace dsv32::boundary {
 
-/// Raised for an invalid plan; the message names the layer and op.
-struct PlanError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-
 enum class Placement { graph, eager };
+
+/// One layer's placement of every op, indexed by Op (graph unless set). Iterating gives each
+/// op with its placement, in table order (`for (auto& [op, where] : layer)`).
+class LayerPlacement {
+ public:
+  struct Entry {
+    Op op;
+    Placement where;
+  };
+  constexpr LayerPlacement() {
+    for (std::size_t i = 0; i < kNumOps; ++i) entries_[i] = {kOpTable[i].op, Placement::graph};
+  }
+  constexpr Placement& operator[](Op op) { return entries_[index(op)].where; }
+  constexpr Placement operator[](Op op) const { return entries_[index(op)].where; }
+  /// By name; throws PlanError for a name that is no op. tests/gpu still calls this.
+  Placement& operator[](std::string_view op);
+  constexpr auto begin() { return entries_.begin(); }
+  constexpr auto end() { return entries_.end(); }
+  constexpr auto begin() const { return entries_.begin(); }
+  constexpr auto end() const { return entries_.end(); }
+
+ private:
+  std::array<Entry, kNumOps> entries_{};
+};
 
 /// The ops of one layer, in order (BOUNDARIES.md section 1); F-only ops are skipped on S layers,
 /// and a plan runs either `uv_proj` (no-copy form) or `latent_copy` + `uv_proj_static`.
@@ -60,13 +82,18 @@ struct Plan {
   /// (vLLM's FULL_DECODE_ONLY), the piecewise plan for `full-and-piecewise`. Not device-driven
   /// itself.
   std::shared_ptr<const Plan> mixed;
-  std::vector<std::map<std::string, Placement>> placement;  // per layer, per op
+  std::vector<LayerPlacement> placement;  // per layer
 
-  /// The ops layer l runs, in order.
+  /// The ops layer l runs, in order (dsv32::layer_ops in this plan's form).
+  OpList layer_ops(const Config& cfg, int layer) const;
+  /// Where `op` of `layer` runs: eager for a plan without capture, else its placement.
+  Placement at(int layer, Op op) const;
+  /// layer_ops by name. gpu/ still calls this; use layer_ops.
   std::vector<std::string> ops(const Config& cfg, int layer) const;
+  /// at() by name (throws PlanError for a name that is no op). gpu/ still calls this.
   Placement at(int layer, const std::string& op) const;
   /// What the plan records, whatever its name: the capture and copy-form switches and each
-  /// layer's placement of every op ("G"/"E" in op_names() order). Two plans with one signature
+  /// layer's placement of every op ("G"/"E" in the op table's order). Two plans with one signature
   /// capture the same graphs; a stack keys its captures by (signature, capture size), so a
   /// plan renamed or a placement changed under a known name never replays another's graph.
   /// A dispatch plan's signature also names its `mixed` plan's.
@@ -79,63 +106,51 @@ struct Plan {
   const Plan& serving(const StepInput& in) const;
 };
 
-/// Names of the presets: eager, breakable-eager, wide, narrow, narrow-copy, full (every op
-/// captured with the device-driven H ops; uniform decode steps replay it, other steps run eagerly)
-/// and full-and-piecewise (vLLM's default mode: uniform decode steps replay `full`'s graph, other
-/// steps the piecewise plan's, `narrow`).
+/// The presets, in plan_names() order: eager, breakable-eager, wide, narrow, narrow-copy, full
+/// (every op captured with the device-driven H ops; uniform decode steps replay it, other steps
+/// run eagerly) and full-and-piecewise (vLLM's default mode: uniform decode steps replay
+/// `full`'s graph, other steps the piecewise plan's, `narrow`).
+enum class PlanPreset : std::uint8_t {
+  eager,
+  breakable_eager,
+  wide,
+  narrow,
+  narrow_copy,
+  full,
+  full_and_piecewise,
+};
+/// The name of a preset ("narrow-copy").
+const std::string& plan_preset_name(PlanPreset p);
+/// The preset named `name` (no "full-and-piecewise:P" form), or nullopt.
+std::optional<PlanPreset> find_plan_preset(std::string_view name);
+/// The preset for cfg's layers.
+Plan plan_preset(PlanPreset p, const Config& cfg);
+/// `full-and-piecewise` with `piecewise` (a preset that is not device-driven) serving the steps
+/// that are not a uniform decode; named "full-and-piecewise" for `narrow`, else
+/// "full-and-piecewise:PIECEWISE". Throws PlanError for a preset that cannot serve them.
+Plan full_and_piecewise(const Config& cfg, PlanPreset piecewise);
+/// The preset under which `m` shows: full-and-piecewise for the full graphs' mutants, else
+/// narrow.
+constexpr PlanPreset mutant_plan(Mutant m) {
+  return is_full_graph_mutant(m) ? PlanPreset::full_and_piecewise : PlanPreset::narrow;
+}
+/// `plan` with mutant `m` applied (capture-host-op: sparse_mqa captured in every layer;
+/// uv-captured-nocopy: uv_proj captured, no-copy form); a stack mutant returns it unchanged.
+/// Throws PlanError for a plan mutant on a plan that captures nothing, or a full graphs'
+/// mutant with a plan that is not device-driven (it could not show).
+Plan mutate_plan(const Plan& plan, Mutant m);
+
+// By name: the parse points of the command line and the tests.
+
+/// Names of the presets, in PlanPreset's order.
 std::vector<std::string> plan_names();
 /// A preset for cfg's layers, or "full-and-piecewise:P" (full_and_piecewise with P); throws
 /// PlanError for an unknown name.
 Plan plan_preset(std::string_view name, const Config& cfg);
-/// `full-and-piecewise` with `piecewise` (a preset that is not device-driven) serving the steps
-/// that are not a uniform decode; named "full-and-piecewise" for `narrow`, else
-/// "full-and-piecewise:PIECEWISE". Throws PlanError for a name that cannot serve them.
+/// full_and_piecewise with the plan named `piecewise` ("full-and-piecewise:P" included, which
+/// is refused as device-driven); throws PlanError for a name that cannot serve them.
 Plan full_and_piecewise(const Config& cfg, std::string_view piecewise);
-/// The boundary bugs of BOUNDARIES.md section 4, by name. `capture-host-op` and
-/// `uv-captured-nocopy` are plan mutants (they capture an H op); the others are switches of the
-/// GPU stack (`Stack::set_mutant`).
-const std::vector<std::string>& mutant_names();
-bool is_plan_mutant(std::string_view mutant);
-/// What `Stack::set_mutant` takes for `mutant`: "" for a plan mutant (mutate_plan carries it),
-/// else the name itself.
-std::string stack_switch(std::string_view mutant);
-/// The stack mutants of mutant_names() as a type; `none` runs the stack as it should.
-enum class StackMutant {
-  none,
-  fresh_output,
-  baked_short_prefill,
-  shared_layer_clears,
-  no_topk_clear,
-  double_rope,
-  padded_cache_write,
-  stale_positions,
-  unjoined_stream,
-  full_for_mixed,
-  stale_full_metadata,
-  stale_short_prefill,
-  verify_stride,
-  topk_bin_overflow,
-  topk_edge,
-  reused_block_skip,
-  int32_offset,
-};
-/// True for the mutants of the full graphs (full-for-mixed, stale-full-metadata,
-/// stale-short-prefill, verify-stride): they need a device-driven plan to show.
-bool is_full_graph_mutant(std::string_view mutant);
-/// The preset under which `mutant` shows: full-and-piecewise for the full graphs' mutants,
-/// else narrow.
-std::string mutant_plan(std::string_view mutant);
-/// The registry case whose steps expose `mutant` (docs/CASES.md): a family's case for the bugs
-/// of issue 41's classes (topk-stress, spec-verify, chunk-edges, block-reuse), else
-/// mutant-bait.
-std::string mutant_bait(std::string_view mutant);
-/// The stack mutant named `name` ("": none); throws PlanError for a plan mutant or a name that
-/// is no mutant.
-StackMutant stack_mutant(std::string_view name);
-/// `plan` with a plan mutant applied (`capture-host-op`: sparse_mqa captured in every layer;
-/// `uv-captured-nocopy`: uv_proj captured, no-copy form); other names return it unchanged.
-/// Throws PlanError for an unknown name, a plan that captures nothing, or a full graphs'
-/// mutant with a plan that is not device-driven (it could not show).
+/// mutate_plan with the mutant named `mutant`; throws PlanError for an unknown name.
 Plan mutate_plan(const Plan& plan, std::string_view mutant);
 
 /// The capture sizes up to `max_size` (vLLM's list): 1, 2, 4, multiples of 8 up to 256, then

@@ -4,9 +4,12 @@
 // (gpu/bisect.hpp runs them on the GPU stack).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsv32/boundary/plan.hpp"
@@ -14,18 +17,32 @@
 
 namespace dsv32 {
 
+/// What bisect found (printed as to_string's name: none, data, eager-segment, boundary,
+/// dispatch).
+enum class BisectVerdict : std::uint8_t {
+  /// The plan gives eager's bits and eager passes the oracle.
+  none,
+  /// Eager itself fails the oracle (where/op: the first failing stage).
+  data,
+  /// breakable-eager (every op eager through the capture machinery) already differs from eager
+  /// (where/op: the first divergent stage).
+  eager_segment,
+  /// Capturing `op` of `layer` (with every op before it as the plan has it) is what first makes
+  /// the run differ from eager (where: the first divergent stage of that run).
+  boundary,
+  /// A dispatch plan (full-and-piecewise) differs at a step that is not a uniform decode while
+  /// its piecewise plan alone gives eager's bits: the full graph served that step (op empty). A
+  /// fault of the piecewise plan is bisected as that plan's (detail names it).
+  dispatch,
+};
+std::string_view to_string(BisectVerdict v);
+std::ostream& operator<<(std::ostream& os, BisectVerdict v);
+/// A verdict against its printed name. tests/gpu still compares verdicts with strings.
+bool operator==(BisectVerdict v, std::string_view name);
+
 struct BisectReport {
-  // "none": the plan gives eager's bits and eager passes the oracle;
-  // "data": eager itself fails the oracle (where/op: the first failing stage);
-  // "eager-segment": breakable-eager (every op eager through the capture machinery) already
-  //   differs from eager (where/op: the first divergent stage);
-  // "boundary": capturing `op` of `layer` (with every op before it as the plan has it) is what
-  //   first makes the run differ from eager (where: the first divergent stage of that run).
-  // "dispatch": a dispatch plan (full-and-piecewise) differs at a step that is not a uniform decode
-  //   while its piecewise plan alone gives eager's bits: the full graph served that step (op
-  //   empty). A fault of the piecewise plan is bisected as that plan's (detail names it).
-  std::string verdict = "none";
-  std::string op;
+  BisectVerdict verdict = BisectVerdict::none;
+  std::string op;  // the op's name (printed), or empty
   int layer = -1;
   std::string where;
   std::string detail;
