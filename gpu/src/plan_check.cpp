@@ -21,12 +21,12 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
     throw boundary::PlanError("check_plans_bitwise: mutants are switched on at tp 1 only");
   std::vector<PlanCheck> out;
   for (const std::string& name : plans) {
-    if (name == "eager") continue;
+    boundary::Plan plan = boundary::plan_preset(name, cfg);
+    if (!plan.capture) continue;  // `eager`, the baseline itself
     PlanCheck c;
     c.plan = name;
-    boundary::Plan plan = boundary::plan_preset(name, cfg);
     const bool plan_mutant = boundary::is_plan_mutant(mutant);
-    if (plan_mutant && plan.capture) plan = boundary::mutate_plan(plan, mutant);
+    if (plan_mutant) plan = boundary::mutate_plan(plan, mutant);
     std::vector<StepTrace> got;
     if (tp > 1) {
       got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);

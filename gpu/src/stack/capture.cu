@@ -106,10 +106,9 @@ CaptureInfo StackImpl<S>::capture_one(const boundary::Plan& plan, int T, bool al
     graph.begin();
     for (int l = 0; l < cfg.num_layers; ++l) {
       rec.lead = wq_b_may_lead(plan, l);
-      for (const std::string& name : plan.ops(cfg, l)) {
-        const boundary::Op op = boundary::op_of(name);
-        const std::string where = "layer" + std::to_string(l) + "/" + name;
-        if (plan.at(l, name) == boundary::Placement::graph) {
+      for (const Op op : plan.layer_ops(cfg, l)) {
+        const std::string where = "layer" + std::to_string(l) + "/" + op_name(op);
+        if (plan.at(l, op) == boundary::Placement::graph) {
           graph.graph(where, [&] { run_op(l, op, rec); });
         } else {               // runs now on empty metadata (no real rows), and again at replays
           streams_.join(rec);  // into the segment the eager op ends

@@ -145,7 +145,7 @@ class StackImpl final : public Stack::Impl {
 
   // ops.cu, attention.cu: one op of layer l at the current capture size (G ops over T rows,
   // H ops over T_a), under `st`.
-  void run_op(int l, boundary::Op op, LaunchState& st);
+  void run_op(int l, Op op, LaunchState& st);
   /// How op `op` launches its kernels on stream s (the main stream unless given).
   k::Launch go(const char* op, cudaStream_t s = nullptr);
   void gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows, int n, int kdim,
@@ -177,13 +177,13 @@ class StackImpl final : public Stack::Impl {
 
   // trace.cu: every stage of the stage table (oracle/stages.hpp) from its device buffer.
   StepTrace trace();
-  /// Where stage `name` of layer l (-1: the stack's output) lives on the device: `p`, or, for
+  /// Where `stage` of layer l (-1: the stack's output) lives on the device: `p`, or, for
   /// the query's two parts, columns [off, off + n) of each (row, head) of rows of `stride`.
   struct Source {
     const void* p;
     int stride = 0, off = 0;
   };
-  Source stage_source(std::string_view name, int l);
+  Source stage_source(Stage stage, int l);
   Tensor download_stage(const StageInfo& stage, const Source& src);
 
   // timing.cu

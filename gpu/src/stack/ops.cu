@@ -18,8 +18,7 @@ k::Launch StackImpl<S>::go(const char* op, cudaStream_t s) {
 }
 
 template <class S>
-void StackImpl<S>::run_op(int l, boundary::Op op, LaunchState& st) {
-  using boundary::Op;
+void StackImpl<S>::run_op(int l, Op op, LaunchState& st) {
   costs_.charge_op(st);
   LayerDev<S>& w = layers_[l];
   const k::Dims d = dims();
@@ -82,7 +81,7 @@ void StackImpl<S>::run_op(int l, boundary::Op op, LaunchState& st) {
                              static_cast<long long>(T) * d.D);
       break;
   }
-  check(cudaGetLastError(), ("layer" + std::to_string(l) + "/" + boundary::op_name(op)).c_str());
+  check(cudaGetLastError(), ("layer" + std::to_string(l) + "/" + op_name(op)).c_str());
 }
 
 /// Y (rows x n) = X (rows x k, row stride ldx) * W^T, W (n x k) row-major: decode batches of

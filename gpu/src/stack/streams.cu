@@ -111,7 +111,7 @@ void StackImpl<S>::run_layers(const boundary::Plan& plan) {
   st.device_driven = plan.device_driven;
   for (int l = 0; l < cfg.num_layers; ++l) {
     st.lead = wq_b_may_lead(plan, l);
-    for (const std::string& op : plan.ops(cfg, l)) run_op(l, boundary::op_of(op), st);
+    for (const Op op : plan.layer_ops(cfg, l)) run_op(l, op, st);
   }
   streams_.join(st);
 }
@@ -127,8 +127,8 @@ template <class S>
 bool StackImpl<S>::wq_b_may_lead(const boundary::Plan& plan, int l) const {
   if (!cfg.is_full_layer(l)) return false;
   if (!plan.capture) return true;
-  for (const char* op :
-       {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b", "fused_q", "indexer_topk"})
+  for (const Op op : {Op::norm_rope_cache, Op::q_b_proj, Op::uk_absorb, Op::indexer_wq_b,
+                      Op::fused_q, Op::indexer_topk})
     if (plan.at(l, op) != boundary::Placement::graph) return false;
   return true;
 }

@@ -180,11 +180,12 @@ std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInp
   const boundary::Plan eager = boundary::plan_preset("eager", cfg);
   step(eager, in, false);
   upload_step(in);
-  std::vector<std::string> ops = eager.ops(cfg, 0);
-  ops.insert(ops.end() - 2, {"latent_copy", "uv_proj_static"});
+  const OpList layer = eager.layer_ops(cfg, 0);
+  std::vector<Op> ops(layer.begin(), layer.end());
+  ops.insert(ops.end() - 2, {Op::latent_copy, Op::uv_proj_static});
   std::vector<std::pair<std::string, double>> out;
-  for (const std::string& name : ops) {
-    const boundary::Op op = boundary::op_of(name);
+  for (const Op op : ops) {
+    const std::string& name = op_name(op);
     // Each op alone (no lead: indexer_wq_b is timed as its own op), eagerly or recorded.
     LaunchState st;
     st.device_driven = device_driven;

@@ -9,29 +9,45 @@ using detail::download;
 using detail::from_storage;
 
 template <class S>
-typename StackImpl<S>::Source StackImpl<S>::stage_source(std::string_view name, int l) {
-  if (l < 0) {
-    if (name == "output") return {h_->get()};
-  } else {
-    LayerDev<S>& w = layers_[l];
-    const int L = cfg.kv_lora_rank, W = L + cfg.qk_rope_head_dim;
-    if (name == "q_c") return {w.q_c->get()};
-    if (name == "c") return {w.c_read->get()};  // the latent as the cache reads it back
-    if (name == "kR") return {w.kR->get()};
-    if (name == "ql") return {w.qpack->get(), W, 0};
-    if (name == "qR") return {w.qpack->get(), W, L};
-    if (name == "qI8") return {w.q8->get()};
-    if (name == "qI_scale") return {w.qscale->get()};
-    if (name == "kI8") return {w.k8->get()};
-    if (name == "kI_scale") return {w.kscale->get()};
-    if (name == "omega") return {w.omega->get()};
-    if (name == "topk") return {w.topk_trace->get()};  // this layer's sets (the buffer is shared)
-    if (name == "olat") return {w.olat_trace->get()};  // the backend's buffer rotates
-    if (name == "lse") return {w.lse->get()};
-    if (name == "o") return {o_ptr_[l]};  // what uv_proj wrote (a mutant may write elsewhere)
-    if (name == "y") return {w.y->get()};
+typename StackImpl<S>::Source StackImpl<S>::stage_source(Stage stage, int l) {
+  if (stage == Stage::output) return {h_->get()};
+  LayerDev<S>& w = layers_[l];
+  const int L = cfg.kv_lora_rank, W = L + cfg.qk_rope_head_dim;
+  switch (stage) {
+    case Stage::q_c:
+      return {w.q_c->get()};
+    case Stage::c:
+      return {w.c_read->get()};  // the latent as the cache reads it back
+    case Stage::kR:
+      return {w.kR->get()};
+    case Stage::ql:
+      return {w.qpack->get(), W, 0};
+    case Stage::qR:
+      return {w.qpack->get(), W, L};
+    case Stage::qI8:
+      return {w.q8->get()};
+    case Stage::qI_scale:
+      return {w.qscale->get()};
+    case Stage::kI8:
+      return {w.k8->get()};
+    case Stage::kI_scale:
+      return {w.kscale->get()};
+    case Stage::omega:
+      return {w.omega->get()};
+    case Stage::topk:
+      return {w.topk_trace->get()};  // this layer's sets (the buffer is shared)
+    case Stage::olat:
+      return {w.olat_trace->get()};  // the backend's buffer rotates
+    case Stage::lse:
+      return {w.lse->get()};
+    case Stage::o:
+      return {o_ptr_[l]};  // what uv_proj wrote (a mutant may write elsewhere)
+    case Stage::y:
+      return {w.y->get()};
+    case Stage::output:
+      break;
   }
-  throw std::logic_error("gpu stack: no device buffer for trace stage '" + std::string(name) + "'");
+  throw std::logic_error("gpu stack: no device buffer for trace stage '" + stage_name(stage) + "'");
 }
 
 template <class S>
@@ -45,7 +61,7 @@ Tensor StackImpl<S>::download_stage(const StageInfo& stage, const Source& src) {
   const auto make = [&](const auto& host, auto value) {
     std::vector<double> data(host.size());
     for (std::size_t i = 0; i < host.size(); ++i) data[i] = value(host[i]);
-    return Tensor::from(name, shape, std::move(data), storage_dtype(cfg, name));
+    return Tensor::from(name, shape, std::move(data), storage_dtype(cfg, stage.stage));
   };
   switch (stage.storage) {
     case Storage::activation: {
@@ -84,13 +100,14 @@ StepTrace StackImpl<S>::trace() {
                                layers_[l].c_read->get());
     check(cudaStreamSynchronize(streams_.main()), "trace");
     LayerTrace lt;
-    for (const StageInfo& stage : stage_table()) {
-      if (stage.name == "output" || (stage.indexer && !cfg.is_full_layer(l))) continue;
-      lt.tensors.push_back(download_stage(stage, stage_source(stage.name, l)));
+    for (const Stage s : layer_stages()) {
+      const StageInfo& stage = stage_info(s);
+      if (stage.indexer && !cfg.is_full_layer(l)) continue;
+      lt.tensors.push_back(download_stage(stage, stage_source(s, l)));
     }
     tr.layers.push_back(std::move(lt));
   }
-  tr.output = download_stage(stage_info("output"), stage_source("output", -1));
+  tr.output = download_stage(stage_info(Stage::output), stage_source(Stage::output, -1));
   return tr;
 }
 
