@@ -22,40 +22,41 @@ void StackImpl<S>::indexer_topk(int l, const LaunchState& st) {
     indexer_topk_device(l, st);
     return;
   }
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
   const k::Meta m = meta(st);
   // Short-prefill shortcut: when every context fits in K the sets are 0..p and the scores are
   // not needed (topk_select then takes its short path on every row, bit for bit).
-  const bool shortcut = faults_.short_prefill(l, longest_ <= d.K, st);
+  const bool shortcut = faults_.short_prefill(l, step_.longest <= d.K, st);
   const k::Launch launch = go("indexer_topk", indexer_stream(st));
-  if (Ta_ == 0) return;
+  if (step_.Ta == 0) return;
   const k::IndexScoreKernel kernel =
-      k::choose_index_scores(d, Ta_, longest_, sms_, options.index_mma);
+      k::choose_index_scores(d, step_.Ta, step_.longest, sms_, options.index_mma);
   note(shortcut ? "index scores skipped: every row within K" : score_path(kernel));
   note(topk_path());
   if (!shortcut)
     k::launch_index_scores(launch, kernel, d, m, w.q8->get(), w.omega->get(), w.index,
-                           scores_->get(), max_len_, Ta_, longest_);
-  k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, Ta_,
-                        topk_->get(), faults_.topk_fault(), topk_paths_->get());
+                           buf_.scores->get(), step_.max_len, step_.Ta, step_.longest);
+  k::launch_topk_select(launch, options.topk_bins, d, m, buf_.scores->get(), step_.max_len,
+                        step_.Ta, buf_.topk->get(), faults_.topk_fault(), buf_.topk_paths->get());
 }
 
 /// Device-driven: scores over the whole cache's positions (a block loops over the chunks past
 /// the capped grid: about 16 blocks an SM), the live rows and the decision on the device.
 template <class S>
 void StackImpl<S>::indexer_topk_device(int l, const LaunchState& st) {
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
   const k::Meta m = meta(st);
   const k::Launch launch = go("indexer_topk", indexer_stream(st));
-  const int cap = std::max(1, 16 * sms_ / T_);
-  if (!st.capturing && Ta_ > 0) note_device_paths(1);  // run eagerly (bisect's every-op-eager)
-  k::launch_index_scores(launch, k::choose_index_scores(d, T_, max_len_, sms_, options.index_mma),
-                         d, m, w.q8->get(), w.omega->get(), w.index, scores_->get(), max_len_, T_,
-                         max_len_, 0, cap);
-  k::launch_topk_select(launch, options.topk_bins, d, m, scores_->get(), max_len_, T_, topk_->get(),
-                        faults_.topk_fault(), topk_paths_->get());
+  const int cap = std::max(1, 16 * sms_ / step_.T);
+  if (!st.capturing && step_.Ta > 0) note_device_paths(1);  // run eagerly (bisect's every-op-eager)
+  k::launch_index_scores(launch,
+                         k::choose_index_scores(d, step_.T, step_.max_len, sms_, options.index_mma),
+                         d, m, w.q8->get(), w.omega->get(), w.index, buf_.scores->get(),
+                         step_.max_len, step_.T, step_.max_len, 0, cap);
+  k::launch_topk_select(launch, options.topk_bins, d, m, buf_.scores->get(), step_.max_len, step_.T,
+                        buf_.topk->get(), faults_.topk_fault(), buf_.topk_paths->get());
 }
 
 /// The score kernel's path (StackReport::kernel_paths).
@@ -70,10 +71,10 @@ std::string StackImpl<S>::score_path(k::IndexScoreKernel kernel) const {
 /// within K, bins in registers (up to 16 keys a thread), or the general select past that.
 template <class S>
 std::string StackImpl<S>::topk_path() const {
-  if (longest_ <= cfg.index_topk) return "top-k: every row within K";
+  if (step_.longest <= cfg.index_topk) return "top-k: every row within K";
   if (!options.topk_bins) return "top-k: radix passes alone";
-  return longest_ <= 16 * 1024 ? "top-k: bins in registers (rows up to 16384 keys)"
-                               : "top-k: general select (rows past 16384 keys)";
+  return step_.longest <= 16 * 1024 ? "top-k: bins in registers (rows up to 16384 keys)"
+                                    : "top-k: general select (rows past 16384 keys)";
 }
 
 /// A device-driven indexer's paths, for `layers` layers (default: every F layer), the host's
@@ -83,24 +84,24 @@ void StackImpl<S>::note_device_paths(int layers) {
   if (layers < 0)
     layers = static_cast<int>(
         std::count(cfg.index_topk_pattern.begin(), cfg.index_topk_pattern.end(), 'F'));
-  note(longest_ <= cfg.index_topk ? "index scores skipped: every row within K (on the device)"
-                                  : "index scores: device-driven over the capped grid",
+  note(step_.longest <= cfg.index_topk ? "index scores skipped: every row within K (on the device)"
+                                       : "index scores: device-driven over the capped grid",
        layers);
   note(topk_path(), layers);
 }
 
 template <class S>
 void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
   const int H = d.H, L = d.L;
   // The rows the kernels launch over: T_a, or device-driven the capture size (the live rows
   // read on the device).
-  const int launch_rows = st.device_driven ? T_ : Ta_;
+  const int launch_rows = st.device_driven ? step_.T : step_.Ta;
   // The backend returns its output in a buffer it owns; the address rotates call to call. A
   // full graph's backend writes one static buffer (as FlashMLA under a full graph).
-  S* olat = ring_[st.device_driven ? 0 : ring_next_]->get();
-  if (!st.device_driven) ring_next_ = (ring_next_ + 1) % ring_.size();
+  S* olat = buf_.ring[st.device_driven ? 0 : ring_next_]->get();
+  if (!st.device_driven) ring_next_ = (ring_next_ + 1) % buf_.ring.size();
   backend_olat_ = olat;
   const k::Meta m = meta(st);
   faults_.before_backend(streams_.main(), st);
@@ -108,7 +109,7 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   // indexer's stream still open it runs there, after the select, and the join follows it.
   if (launch_rows > 0)
     k::launch_mqa_gather(go("sparse_mqa", streams_.forked() ? streams_.aux() : streams_.main()), d,
-                         m, launch_rows, w.kv, topk_->get(), mqa_keys_->get(),
+                         m, launch_rows, w.kv, buf_.topk->get(), buf_.mqa_keys->get(),
                          (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
                          w.topk_trace->get());
   streams_.join(st);  // the gathered keys (a no-op when never forked)
@@ -119,7 +120,7 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   const int W = L + d.dr;
   const long long HK = static_cast<long long>(H) * d.K;
   const float sigma = d.sigma, one = 1.f, zero = 0.f;
-  const S* keys = mqa_keys_->get();
+  const S* keys = buf_.mqa_keys->get();
   const auto batched = [&](cublasOperation_t ta, int rows, int cols, int depth, const float* alpha,
                            const S* a, int lda, long long sa, const S* b, int ldb, long long sb,
                            const float* beta, float* c, int ldc, long long sc, const char* what) {
@@ -129,33 +130,33 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
     check_blas(blas().gemm_strided_batched(streams_.handle(streams_.main()), ta, CUBLAS_OP_N, rows,
                                            cols, depth, alpha, a, cuda_type<S>(), lda, sa, b,
                                            cuda_type<S>(), ldb, sb, beta, c, CUDA_R_32F, ldc, sc,
-                                           T_, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
+                                           step_.T, compute_type<S>(), CUBLAS_GEMM_DEFAULT),
                what);
   };
   const long long key_stride = static_cast<long long>(d.K) * W;
   batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,
-          static_cast<long long>(H) * W, &zero, mqa_z_->get(), d.K, HK, "sparse_mqa scores");
-  k::launch_mqa_softmax(go("sparse_mqa"), d, m, launch_rows, topk_->get(), mqa_z_->get(),
-                        mqa_p_->get(), mqa_ml_->get());
+          static_cast<long long>(H) * W, &zero, buf_.mqa_z->get(), d.K, HK, "sparse_mqa scores");
+  k::launch_mqa_softmax(go("sparse_mqa"), d, m, launch_rows, buf_.topk->get(), buf_.mqa_z->get(),
+                        buf_.mqa_p->get(), buf_.mqa_ml->get());
   // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
-  batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, mqa_p_->get(), d.K, HK, &zero,
-          mqa_acc_->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
+  batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, buf_.mqa_p->get(), d.K, HK, &zero,
+          buf_.mqa_acc->get(), L, static_cast<long long>(H) * L, "sparse_mqa P.V");
   // The gather and the finish also write the trace copies (not part of the op's contract):
   // this layer's sets and latent.
-  k::launch_mqa_finish(go("sparse_mqa"), d, m, launch_rows, mqa_acc_->get(), mqa_ml_->get(), olat,
-                       w.olat_trace->get(), w.lse->get());
+  k::launch_mqa_finish(go("sparse_mqa"), d, m, launch_rows, buf_.mqa_acc->get(), buf_.mqa_ml->get(),
+                       olat, w.olat_trace->get(), w.lse->get());
 }
 
 /// The no-copy form: backend rows [0, T_a) into o.
 template <class S>
 void StackImpl<S>::uv_proj(int l, const LaunchState& st) {
-  LayerDev<S>& w = layers_[l];
-  const int Ta = Ta_, H = cfg.num_heads, dv = cfg.v_head_dim;
+  LayerDev<S>& w = buf_.layers[l];
+  const int Ta = step_.Ta, H = cfg.num_heads, dv = cfg.v_head_dim;
   S* out = w.o->get();
   if (st.device_driven) {  // all T rows into the output: a padded row's values are not read
     o_ptr_[l] = out;
     if (uv_gemv(backend_olat_))
-      uv_small(l, T_, backend_olat_, out, streams_.main(), "uv_proj");
+      uv_small(l, step_.T, backend_olat_, out, streams_.main(), "uv_proj");
     else
       uv_gemm(l, backend_olat_, out, streams_.main(), "uv_proj");
     return;
@@ -168,8 +169,8 @@ void StackImpl<S>::uv_proj(int l, const LaunchState& st) {
     uv_small(l, Ta, backend_olat_, out, s, "uv_proj");
     return;
   }
-  uv_gemm(l, backend_olat_, uv_rows_->get(), s, "uv_proj");  // all T rows into the scratch
-  check(cudaMemcpyAsync(out, uv_rows_->get(), static_cast<std::size_t>(Ta) * H * dv * sizeof(S),
+  uv_gemm(l, backend_olat_, buf_.uv_rows->get(), s, "uv_proj");  // all T rows into the scratch
+  check(cudaMemcpyAsync(out, buf_.uv_rows->get(), static_cast<std::size_t>(Ta) * H * dv * sizeof(S),
                         cudaMemcpyDeviceToDevice, s),
         "uv_proj");
 }
@@ -177,9 +178,9 @@ void StackImpl<S>::uv_proj(int l, const LaunchState& st) {
 /// The copy form's product: all T rows of the static latent.
 template <class S>
 void StackImpl<S>::uv_proj_static(int l) {
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   if (uv_gemv(w.olat_static->get()))
-    uv_small(l, T_, w.olat_static->get(), w.o->get(), streams_.main(), "uv_proj_static");
+    uv_small(l, step_.T, w.olat_static->get(), w.o->get(), streams_.main(), "uv_proj_static");
   else
     uv_gemm(l, w.olat_static->get(), w.o->get(), streams_.main(), "uv_proj_static");
 }
@@ -193,13 +194,14 @@ void StackImpl<S>::uv_proj_static(int l) {
 template <class S>
 bool StackImpl<S>::uv_gemv(const S* olat) const {
   const k::Dims d = dims();
-  return T_ <= k::kGemvMaxRows && k::gemv_fits<S>(T_, d.dv, olat, d.H * d.L, w_uv(0), d.L);
+  return step_.T <= k::kGemvMaxRows &&
+         k::gemv_fits<S>(step_.T, d.dv, olat, d.H * d.L, w_uv(0), d.L);
 }
 
 /// W_UV[l][0]: rows dn .. dn + dv of head 0's block of w_kv_b.
 template <class S>
 const S* StackImpl<S>::w_uv(int l) const {
-  return layers_[l].w_kv_b->get() +
+  return buf_.layers[l].w_kv_b->get() +
          static_cast<std::size_t>(cfg.qk_nope_head_dim) * cfg.kv_lora_rank;
 }
 
@@ -224,7 +226,7 @@ void StackImpl<S>::uv_gemm(int l, const S* olat, S* o, cudaStream_t s, const cha
   // Column-major per head h: o_h (dv x T, ld H dv) = W_h^T-view (L x dv, ld L)^T olat_h (L x T,
   // ld H L); W_UV[h] is rows dn .. dn + dv of head h's (dn + dv) x L block of w_kv_b.
   const cublasStatus_t st = blas().gemm_strided_batched(
-      handle, CUBLAS_OP_T, CUBLAS_OP_N, dv, T_, L, &one, w_uv(l), cuda_type<S>(), L,
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, dv, step_.T, L, &one, w_uv(l), cuda_type<S>(), L,
       static_cast<long long>(dn + dv) * L, olat, cuda_type<S>(), H * L, L, &zero, o, cuda_type<S>(),
       H * dv, dv, H, compute_type<S>(), CUBLAS_GEMM_DEFAULT);
   if (s != main) check_blas(blas().set_stream(handle, main), "uv_proj stream");

@@ -35,36 +35,36 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
     throw std::invalid_argument("gpu stack: block_offset " + std::to_string(opt.block_offset) +
                                 " puts block ids past 2^31 - 1");
   const long long slots = (num_blocks + opt.block_offset) * cfg.block_size;
-  for (int l = 0; l < cfg.num_layers; ++l) layers_.push_back(make_layer(w.layers[l], l, slots));
+  for (int l = 0; l < cfg.num_layers; ++l) buf_.layers.push_back(make_layer(w.layers[l], l, slots));
   const std::size_t T = static_cast<std::size_t>(max_tokens);
-  h_ = zeros<S>(T * cfg.hidden_size);
-  topk_ = zeros<int>(T * cfg.index_topk, 0xFF);
-  topk_paths_ = zeros<int>(k::kTopkRowPaths);
-  for (auto& r : ring_) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
-  positions_ = zeros<int>(T);
-  live_ = zeros<int>(T + 3);
-  for (auto& ld : layers_) o_ptr_.push_back(ld.o->get());
-  slots_ = zeros<long long>(T);
-  request_of_token_ = zeros<int>(T);
-  max_blocks_ = num_blocks;  // a request can own at most every block
-  block_table_ = zeros<int>(T * static_cast<std::size_t>(max_blocks_), 0xFF);
-  max_len_ = num_blocks * cfg.block_size;  // no context can exceed the cache
-  scores_ = zeros<float>(T * static_cast<std::size_t>(max_len_));
-  grow_rope(max_len_);
+  buf_.h = zeros<S>(T * cfg.hidden_size);
+  buf_.topk = zeros<int>(T * cfg.index_topk, 0xFF);
+  buf_.topk_paths = zeros<int>(k::kTopkRowPaths);
+  for (auto& r : buf_.ring) r = zeros<S>(T * cfg.num_heads * cfg.kv_lora_rank);
+  step_.positions = zeros<int>(T);
+  step_.live = zeros<int>(T + 3);
+  for (auto& ld : buf_.layers) o_ptr_.push_back(ld.o->get());
+  step_.slots = zeros<long long>(T);
+  step_.request_of_token = zeros<int>(T);
+  step_.max_blocks = num_blocks;  // a request can own at most every block
+  step_.block_table = zeros<int>(T * static_cast<std::size_t>(step_.max_blocks), 0xFF);
+  step_.max_len = num_blocks * cfg.block_size;  // no context can exceed the cache
+  buf_.scores = zeros<float>(T * static_cast<std::size_t>(step_.max_len));
+  grow_rope(step_.max_len);
   // sparse_mqa: the gathered keys, scores, P (S), P.V in fp32, each row's max and sum.
   const std::size_t HK = static_cast<std::size_t>(cfg.num_heads) * cfg.index_topk;
-  mqa_keys_ = zeros<S>(T * cfg.index_topk *
-                       static_cast<std::size_t>(cfg.kv_lora_rank + cfg.qk_rope_head_dim));
-  mqa_z_ = zeros<float>(T * HK);
-  mqa_p_ = zeros<S>(T * HK);
-  mqa_acc_ = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
-  mqa_ml_ = zeros<float>(T * cfg.num_heads * 2);
-  uv_rows_ = zeros<S>(T * cfg.num_heads * static_cast<std::size_t>(cfg.v_head_dim));
+  buf_.mqa_keys = zeros<S>(T * cfg.index_topk *
+                           static_cast<std::size_t>(cfg.kv_lora_rank + cfg.qk_rope_head_dim));
+  buf_.mqa_z = zeros<float>(T * HK);
+  buf_.mqa_p = zeros<S>(T * HK);
+  buf_.mqa_acc = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
+  buf_.mqa_ml = zeros<float>(T * cfg.num_heads * 2);
+  buf_.uv_rows = zeros<S>(T * cfg.num_heads * static_cast<std::size_t>(cfg.v_head_dim));
   if (gather_) {  // o_proj's partial rows and every rank's, gathered
-    ypart_ = zeros<S>(T * cfg.hidden_size);
-    parts_ = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));
+    buf_.ypart = zeros<S>(T * cfg.hidden_size);
+    buf_.parts = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));
   }
-  T_ = 1;
+  step_.T = 1;
   check(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device),
         "cudaDeviceGetAttribute");
   k::allow_index_scores_smem(dims());
@@ -87,14 +87,15 @@ void StackImpl<S>::synthesize_context(const StepInput& in) {
     const auto table = upload(r.block_table, "synthesize");
     for (int l = 0; l < cfg.num_layers; ++l)
       k::launch_synthesize<S>({streams_.main(), "synthesize"}, d, table->get(), r.ctx,
-                              layers_[l].kv, layers_[l].index, cfg.is_full_layer(l));
+                              buf_.layers[l].kv, buf_.layers[l].index, cfg.is_full_layer(l));
     check(cudaStreamSynchronize(streams_.main()), "synthesize");
   }
 }
 
 template <class S>
 std::vector<double> StackImpl<S>::residual(int T) {
-  const std::vector<S> host = download(h_->get(), static_cast<std::size_t>(T) * cfg.hidden_size);
+  const std::vector<S> host =
+      download(buf_.h->get(), static_cast<std::size_t>(T) * cfg.hidden_size);
   std::vector<double> out(host.size());
   for (std::size_t i = 0; i < host.size(); ++i) out[i] = from_storage(host[i]);
   return out;
@@ -103,7 +104,7 @@ std::vector<double> StackImpl<S>::residual(int T) {
 template <class S>
 std::vector<long> StackImpl<S>::topk_row_paths() {
   streams_.synchronize("top-k path counts");
-  const std::vector<int> n = download(topk_paths_->get(), k::kTopkRowPaths);
+  const std::vector<int> n = download(buf_.topk_paths->get(), k::kTopkRowPaths);
   return {n.begin(), n.end()};
 }
 
@@ -173,7 +174,7 @@ LayerDev<S> StackImpl<S>::make_layer(const LayerWeights& w, int l, long long slo
 template <class S>
 k::Dims StackImpl<S>::dims() const {
   k::Dims d{};
-  d.T = T_;
+  d.T = step_.T;
   d.D = cfg.hidden_size;
   d.H = cfg.num_heads;
   d.Rq = cfg.q_lora_rank;
@@ -185,7 +186,7 @@ k::Dims StackImpl<S>::dims() const {
   d.dI = cfg.index_head_dim;
   d.K = cfg.index_topk;
   d.B = cfg.block_size;
-  d.max_blocks = max_blocks_;
+  d.max_blocks = step_.max_blocks;
   d.eps = static_cast<float>(cfg.rms_norm_eps);
   d.ieps = static_cast<float>(cfg.indexer_norm_eps);
   d.sigma = static_cast<float>(cfg.softmax_scale());
@@ -200,11 +201,11 @@ k::Dims StackImpl<S>::dims() const {
 
 template <class S>
 k::Meta StackImpl<S>::meta(const LaunchState& st) const {
-  k::Meta m{positions_->get(),   slots_->get(),    request_of_token_->get(),
-            block_table_->get(), rope_cos_->get(), rope_sin_->get()};
+  k::Meta m{step_.positions->get(),   step_.slots->get(),   step_.request_of_token->get(),
+            step_.block_table->get(), buf_.rope_cos->get(), buf_.rope_sin->get()};
   if (st.device_driven) {
-    m.live = live_->get();
-    m.short_prefill = live_->get() + 1;
+    m.live = step_.live->get();
+    m.short_prefill = step_.live->get() + 1;
   }
   faults_.edit_meta(m, st);
   return m;
@@ -214,41 +215,41 @@ template <class S>
 void StackImpl<S>::upload_step(const StepInput& in) {
   const cudaStream_t stream = streams_.main();
   const int T = in.capture_size;
-  T_ = T;
-  Ta_ = in.num_tokens;
+  step_.T = T;
+  step_.Ta = in.num_tokens;
   std::vector<S> hid(static_cast<std::size_t>(T) * cfg.hidden_size);
   for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = to_storage<S>(in.hidden.data()[i]);
-  check(cudaMemcpyAsync(h_->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice,
+  check(cudaMemcpyAsync(buf_.h->get(), hid.data(), hid.size() * sizeof(S), cudaMemcpyHostToDevice,
                         stream),
         "upload hidden");
   std::vector<long long> slots(in.slots.begin(), in.slots.end());
   faults_.edit_slots(in, slots);
   place_far(slots);
-  check(cudaMemcpyAsync(positions_->get(), in.positions.data(), T * sizeof(int),
+  check(cudaMemcpyAsync(step_.positions->get(), in.positions.data(), T * sizeof(int),
                         cudaMemcpyHostToDevice, stream),
         "upload positions");
-  check(cudaMemcpyAsync(slots_->get(), slots.data(), T * sizeof(long long), cudaMemcpyHostToDevice,
-                        stream),
+  check(cudaMemcpyAsync(step_.slots->get(), slots.data(), T * sizeof(long long),
+                        cudaMemcpyHostToDevice, stream),
         "upload slots");
-  if (Ta_ > 0)
-    check(cudaMemcpyAsync(request_of_token_->get(), in.request_of_token.data(), Ta_ * sizeof(int),
-                          cudaMemcpyHostToDevice, stream),
+  if (step_.Ta > 0)
+    check(cudaMemcpyAsync(step_.request_of_token->get(), in.request_of_token.data(),
+                          step_.Ta * sizeof(int), cudaMemcpyHostToDevice, stream),
           "upload request_of_token");
-  std::vector<int> table(in.requests.size() * max_blocks_, -1);
+  std::vector<int> table(in.requests.size() * step_.max_blocks, -1);
   int longest = 1;
   for (std::size_t r = 0; r < in.requests.size(); ++r) {
-    if (in.requests[r].block_table.size() > static_cast<std::size_t>(max_blocks_))
+    if (in.requests[r].block_table.size() > static_cast<std::size_t>(step_.max_blocks))
       throw ScenarioError("gpu stack: a block table is longer than the cache");
     std::transform(in.requests[r].block_table.begin(), in.requests[r].block_table.end(),
-                   table.begin() + r * max_blocks_,
+                   table.begin() + r * step_.max_blocks,
                    [&](int b) { return b < 0 ? b : static_cast<int>(b + options.block_offset); });
     longest = std::max(longest, in.requests[r].seq_len());
   }
   if (!table.empty())
-    check(cudaMemcpyAsync(block_table_->get(), table.data(), table.size() * sizeof(int),
+    check(cudaMemcpyAsync(step_.block_table->get(), table.data(), table.size() * sizeof(int),
                           cudaMemcpyHostToDevice, stream),
           "upload block table");
-  longest_ = longest;
+  step_.longest = longest;
   // The device-driven H ops' metadata: the rows, the short-prefill decision, the new tokens a
   // request (a step that is no uniform decode is never served by them: one each, as a full
   // graph would wrongly read it, mutant full-for-mixed), the lengths.
@@ -257,7 +258,7 @@ void StackImpl<S>::upload_step(const StepInput& in) {
   const int rows = R * q;
   std::vector<int> live{rows, longest <= cfg.index_topk ? 1 : 0, faults_.live_stride(q)};
   for (const RequestStep& r : in.requests) live.push_back(r.seq_len());
-  check(cudaMemcpyAsync(live_->get(), live.data(), live.size() * sizeof(int),
+  check(cudaMemcpyAsync(step_.live->get(), live.data(), live.size() * sizeof(int),
                         cudaMemcpyHostToDevice, stream),
         "upload device metadata");
   check(cudaStreamSynchronize(stream), "upload step");  // host vectors die here
@@ -284,8 +285,8 @@ void StackImpl<S>::grow_rope(int positions) {
       c[static_cast<std::size_t>(p) * half + i] = static_cast<float>(rope_.cos(p, i));
       s[static_cast<std::size_t>(p) * half + i] = static_cast<float>(rope_.sin(p, i));
     }
-  rope_cos_ = upload(c, "rope table");
-  rope_sin_ = upload(s, "rope table");
+  buf_.rope_cos = upload(c, "rope table");
+  buf_.rope_sin = upload(s, "rope table");
 }
 
 template class StackImpl<float>;

@@ -85,7 +85,7 @@ CaptureInfo StackImpl<S>::capture_one(const boundary::Plan& plan, int T, bool al
   streams_.set_forks(forks), leads_ = leads;
   check(cudaStreamSynchronize(streams_.main()), "capture warm-up");
   upload_step(empty);  // ones again: a graph op that ran during capture would change them
-  faults_.at_capture(positions_->get(), live_->get(), T, streams_.main());
+  faults_.at_capture(step_.positions->get(), step_.live->get(), T, streams_.main());
   Capture cap{
       std::make_unique<BreakableGraph>(streams_.main(), std::vector<Stream>{streams_.aux()}),
       std::make_unique<LaunchState>()};
@@ -136,7 +136,7 @@ template <class S>
 StackReport StackImpl<S>::report() {
   StackReport r;
   r.captures = static_cast<int>(captures_.size());
-  for (const LayerDev<S>& w : layers_) r.copy_form_bytes += w.olat_static->size() * sizeof(S);
+  for (const LayerDev<S>& w : buf_.layers) r.copy_form_bytes += w.olat_static->size() * sizeof(S);
   r.served = served_;
   r.kernel_paths = paths_;
   const std::vector<long> rows = topk_row_paths();

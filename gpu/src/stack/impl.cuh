@@ -89,6 +89,30 @@ struct LayerDev {
   Buf<int> topk_trace;
 };
 
+/// The stack's device buffers (buffers.cu): every layer's weights, caches and inter-op tensors,
+/// the residual stream, the shared top-k rows and the ops' scratch, allocated once for
+/// max_tokens rows.
+template <class S>
+struct DeviceBuffers {
+  std::vector<LayerDev<S>> layers;
+  Buf<S> h, ypart, parts;  // the residual stream; tensor parallel: o_proj's partial and gathered
+  Buf<float> scores, rope_cos, rope_sin, mqa_z, mqa_ml, mqa_acc;
+  Buf<S> mqa_keys, mqa_p, uv_rows;
+  Buf<int> topk;
+  Buf<int> topk_paths;  // k::TopkRowPath counts, added to by every select (captured ones too)
+  std::array<Buf<S>, 2> ring;  // the backend's own output buffers: the address rotates
+};
+
+/// The step on the device (upload_step) and its sizes on the host: the capture size T, the
+/// real tokens T_a, the longest context; the block table's width and the longest row a cache
+/// holds. `live` is the device-driven H ops' metadata (k::Meta::live): [R, short-prefill flag,
+/// q, seq_len of each request].
+struct StepMeta {
+  Buf<int> positions, request_of_token, block_table, live;
+  Buf<long long> slots;
+  int T = 0, Ta = 0, max_blocks = 1, max_len = 1, longest = 1;
+};
+
 /// One stack for storage type S. Its parts, one job each: the streams (Streams, streams.cu),
 /// the planted bugs (Faults, faults.cu), the lab's host costs and ablation (lab.cuh,
 /// timing.cu), the captures held (capture.cu); the device buffers and the step's metadata
@@ -195,28 +219,18 @@ class StackImpl final : public Stack::Impl {
   template <class F>
   Timing median_ms(const char* what, F&& launch);
 
-  // Buffers: weights, caches, the residual stream and the shared tensors.
   int num_blocks_, max_tokens_;
   Rope rope_;
   Streams streams_;
-  std::vector<LayerDev<S>> layers_;
-  Buf<S> h_, ypart_, parts_;
   RankGather* gather_ = nullptr;
-  Buf<float> scores_, rope_cos_, rope_sin_, mqa_z_, mqa_ml_, mqa_acc_;
-  Buf<S> mqa_keys_, mqa_p_, uv_rows_;
-  Buf<int> topk_, positions_, request_of_token_, block_table_;
-  Buf<int> topk_paths_;  // k::TopkRowPath counts, added to by every select (captured ones too)
-  // The device-driven H ops' metadata (k::Meta::live): [R, short-prefill flag, q, seq_len of
-  // each request], written by upload_step with the rest of the step.
-  Buf<int> live_;
-  Buf<long long> slots_;
-  // The backend's own output buffers: the address rotates call to call.
-  std::array<Buf<S>, 2> ring_;
+  DeviceBuffers<S> buf_;
+  StepMeta step_;
+  // What the ops hand on: the backend ring's next buffer, where the backend wrote, and per
+  // layer the buffer uv_proj wrote, which o_proj reads.
   std::size_t ring_next_ = 0;
   S* backend_olat_ = nullptr;
-  std::vector<S*> o_ptr_;  // per layer: the buffer uv_proj wrote, which o_proj reads
-  // The step: capture size, real tokens, the longest context; the device's SMs.
-  int T_ = 0, Ta_ = 0, max_blocks_ = 1, max_len_ = 1, longest_ = 1, sms_ = 1;
+  std::vector<S*> o_ptr_;
+  int sms_ = 1;  // the device's SMs
 
   // Captures keyed by (Plan::record_signature(), capture size): what a plan records, not what
   // it is called; a dispatch plan's two kinds of graph under their own keys.

@@ -20,13 +20,13 @@ k::Launch StackImpl<S>::go(const char* op, cudaStream_t s) {
 template <class S>
 void StackImpl<S>::run_op(int l, Op op, LaunchState& st) {
   costs_.charge_op(st);
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
-  const int T = T_, H = d.H, L = d.L, dq = d.dn + d.dr;
+  const int T = step_.T, H = d.H, L = d.L, dq = d.dn + d.dr;
   switch (op) {
     case Op::input_norm:
-      k::launch_rmsnorm(go("input_norm"), T, h_->get(), d.D, w.g_in->get(), w.x->get(), d.D, d.D,
-                        d.eps);
+      k::launch_rmsnorm(go("input_norm"), T, buf_.h->get(), d.D, w.g_in->get(), w.x->get(), d.D,
+                        d.D, d.eps);
       break;
     case Op::qkv_a_proj:
       gemm(w.x->get(), d.D, w.w_qkv_a->get(), w.qkv->get(), d.Rq + L + d.dr, T, d.Rq + L + d.dr,
@@ -64,9 +64,9 @@ void StackImpl<S>::run_op(int l, Op op, LaunchState& st) {
       uv_proj(l, st);
       break;
     case Op::latent_copy:  // copy form: backend rows [0, T_a) into the static latent
-      if (Ta_ > 0)
+      if (step_.Ta > 0)
         check(cudaMemcpyAsync(w.olat_static->get(), backend_olat_,
-                              static_cast<std::size_t>(Ta_) * H * L * sizeof(S),
+                              static_cast<std::size_t>(step_.Ta) * H * L * sizeof(S),
                               cudaMemcpyDeviceToDevice, streams_.main()),
               "latent_copy");
       break;
@@ -77,7 +77,7 @@ void StackImpl<S>::run_op(int l, Op op, LaunchState& st) {
       o_proj(l);
       break;
     case Op::residual_add:
-      k::launch_residual_add(go("residual_add"), h_->get(), w.y->get(),
+      k::launch_residual_add(go("residual_add"), buf_.h->get(), w.y->get(),
                              static_cast<long long>(T) * d.D);
       break;
   }
@@ -105,15 +105,16 @@ void StackImpl<S>::gemm(const S* x, int ldx, const S* w, S* y, int ldy, int rows
 
 template <class S>
 void StackImpl<S>::norm_rope_cache(int l, LaunchState& st) {
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
   // F layers clear the shared top-k rows.
   const bool full = cfg.is_full_layer(l);
   const bool clear = faults_.clears_topk(full);
-  k::launch_norm_rope_cache(
-      go("norm_rope_cache"), d, meta(st), w.qkv->get(), w.g_q->get(), w.q_c->get(), w.g_kv->get(),
-      w.kv, w.kR->get(), full, full ? w.kw->get() : nullptr, full ? w.ig_k->get() : nullptr,
-      full ? w.ib_k->get() : nullptr, w.index, w.k8->get(), w.kscale->get(), clear, topk_->get());
+  k::launch_norm_rope_cache(go("norm_rope_cache"), d, meta(st), w.qkv->get(), w.g_q->get(),
+                            w.q_c->get(), w.g_kv->get(), w.kv, w.kR->get(), full,
+                            full ? w.kw->get() : nullptr, full ? w.ig_k->get() : nullptr,
+                            full ? w.ib_k->get() : nullptr, w.index, w.k8->get(), w.kscale->get(),
+                            clear, buf_.topk->get());
   if (full && use_side(st)) {  // the indexer's inputs are written
     if (st.lead) {             // indexer_wq_b first, at full bandwidth (streams.cu)
       indexer_wq_b(l, streams_.main());
@@ -128,9 +129,9 @@ void StackImpl<S>::norm_rope_cache(int l, LaunchState& st) {
 /// decode batches through k::uk_small (W_UK read once), larger ones through cuBLAS.
 template <class S>
 void StackImpl<S>::uk_absorb(int l) {
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
-  const int T = T_, H = d.H, L = d.L, dq = d.dn + d.dr, dkv = d.dn + d.dv;
+  const int T = step_.T, H = d.H, L = d.L, dq = d.dn + d.dr, dkv = d.dn + d.dv;
   if (k::uk_small_fits<S>(d, T)) {
     k::launch_uk_small(go("uk_absorb"), d, T, w.q->get(), w.w_kv_b->get(), w.qpack->get());
     return;
@@ -149,14 +150,14 @@ void StackImpl<S>::uk_absorb(int l) {
 template <class S>
 void StackImpl<S>::indexer_wq_b(int l, cudaStream_t s) {
   const k::Dims d = dims();
-  LayerDev<S>& w = layers_[l];
-  gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, T_, d.HI * d.dI, d.Rq,
+  LayerDev<S>& w = buf_.layers[l];
+  gemm(w.q_c->get(), d.Rq, w.iw_q_b->get(), w.qI->get(), d.HI * d.dI, step_.T, d.HI * d.dI, d.Rq,
        "indexer_wq_b", s);
 }
 
 template <class S>
 void StackImpl<S>::fused_q(int l, const LaunchState& st) {
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
   const k::Meta m = meta(st);
   const int L = d.L, dq = d.dn + d.dr, Wq = L + d.dr;  // qpack's per-head stride; qR at L
@@ -180,15 +181,16 @@ void StackImpl<S>::fused_q(int l, const LaunchState& st) {
 /// gathered, added in rank order.
 template <class S>
 void StackImpl<S>::o_proj(int l) {
-  LayerDev<S>& w = layers_[l];
+  LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
-  S* y = gather_ ? ypart_->get() : w.y->get();
-  gemm(o_ptr_[l], d.H * d.dv, w.w_o->get(), y, d.D, T_, d.D, d.H * d.dv, "o_proj");
+  S* y = gather_ ? buf_.ypart->get() : w.y->get();
+  gemm(o_ptr_[l], d.H * d.dv, w.w_o->get(), y, d.D, step_.T, d.D, d.H * d.dv, "o_proj");
   if (!gather_) return;
-  const long long n = static_cast<long long>(T_) * d.D;
+  const long long n = static_cast<long long>(step_.T) * d.D;
   if (!ablation_.skip_label("o_proj:all-gather"))
-    gather_->all_gather(y, parts_->get(), static_cast<std::size_t>(n) * sizeof(S), streams_.main());
-  k::launch_sum_ranks(go("o_proj"), parts_->get(), gather_->ranks(), n, w.y->get());
+    gather_->all_gather(y, buf_.parts->get(), static_cast<std::size_t>(n) * sizeof(S),
+                        streams_.main());
+  k::launch_sum_ranks(go("o_proj"), buf_.parts->get(), gather_->ranks(), n, w.y->get());
 }
 
 template class StackImpl<float>;

@@ -10,8 +10,8 @@ using detail::from_storage;
 
 template <class S>
 typename StackImpl<S>::Source StackImpl<S>::stage_source(Stage stage, int l) {
-  if (stage == Stage::output) return {h_->get()};
-  LayerDev<S>& w = layers_[l];
+  if (stage == Stage::output) return {buf_.h->get()};
+  LayerDev<S>& w = buf_.layers[l];
   const int L = cfg.kv_lora_rank, W = L + cfg.qk_rope_head_dim;
   switch (stage) {
     case Stage::q_c:
@@ -53,9 +53,9 @@ typename StackImpl<S>::Source StackImpl<S>::stage_source(Stage stage, int l) {
 template <class S>
 Tensor StackImpl<S>::download_stage(const StageInfo& stage, const Source& src) {
   const std::vector<std::int64_t> tail = stage.tail(cfg);
-  std::vector<std::int64_t> shape{Ta_};
+  std::vector<std::int64_t> shape{step_.Ta};
   shape.insert(shape.end(), tail.begin(), tail.end());
-  std::size_t n = static_cast<std::size_t>(Ta_);
+  std::size_t n = static_cast<std::size_t>(step_.Ta);
   for (const std::int64_t v : tail) n *= static_cast<std::size_t>(v);
   const std::string name(stage.name);
   const auto make = [&](const auto& host, auto value) {
@@ -95,9 +95,9 @@ StepTrace StackImpl<S>::trace() {
   const k::Meta m = meta(LaunchState{});
   StepTrace tr;
   for (int l = 0; l < cfg.num_layers; ++l) {
-    if (Ta_ > 0)
-      k::launch_read_latent<S>({streams_.main(), "trace"}, Ta_, d, m, layers_[l].kv,
-                               layers_[l].c_read->get());
+    if (step_.Ta > 0)
+      k::launch_read_latent<S>({streams_.main(), "trace"}, step_.Ta, d, m, buf_.layers[l].kv,
+                               buf_.layers[l].c_read->get());
     check(cudaStreamSynchronize(streams_.main()), "trace");
     LayerTrace lt;
     for (const Stage s : layer_stages()) {
