@@ -1,6 +1,7 @@
 """The Python package as strict as the tool (docs/BAD_INPUT.md, "The Python package"): one test a
 class of defect, each of which failed before its fix. Run by ctest as
-Python.PackageRefusesBadInputByName (DSV32_TOOL, DSV32_FIXTURES set)."""
+Python.PackageRefusesBadInputByName (DSV32_TOOL, DSV32_FIXTURES set; the checkout's fixtures/
+by default)."""
 import hashlib
 import os
 import shutil
@@ -16,7 +17,8 @@ import pytest
 import dsv32
 OutputError = ValueError  # dsv32._files.OutputError is one
 
-FIXTURES = os.environ["DSV32_FIXTURES"]
+FIXTURES = os.environ.get("DSV32_FIXTURES") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "fixtures")
 SMALL = os.path.join(FIXTURES, "kv-fp8.h5")  # the smallest golden
 
 
