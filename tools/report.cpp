@@ -22,17 +22,31 @@ void progress(const std::string& text, bool done) {
   shown = done ? 0 : std::max(shown, text.size());
 }
 
+std::string_view to_string(Status s) {
+  switch (s) {
+    case Status::pass:
+      return "pass";
+    case Status::fail:
+      return "FAIL";
+    case Status::info:
+      return "info";
+    case Status::not_run:
+      return "not run";
+  }
+  return "?";
+}
+
 bool print_verdicts(const std::string& title, const std::vector<Verdict>& rows) {
   std::size_t w0 = 5, w1 = 6;
   for (const Verdict& v : rows)
-    w0 = std::max(w0, v.check.size()), w1 = std::max(w1, v.status.size());
+    w0 = std::max(w0, v.check.size()), w1 = std::max(w1, to_string(v.status).size());
   fmt::print("\n{}\n", title);
   fmt::print("{:<{}}  {:<{}}  {}\n", "check", w0, "status", w1, "detail");
   fmt::print("{:-<{}}  {:-<{}}  {:-<6}\n", "", w0, "", w1, "");
   bool ok = true;
   for (const Verdict& v : rows) {
-    fmt::print("{:<{}}  {:<{}}  {}\n", v.check, w0, v.status, w1, v.detail);
-    ok = ok && v.status != "FAIL";
+    fmt::print("{:<{}}  {:<{}}  {}\n", v.check, w0, to_string(v.status), w1, v.detail);
+    ok = ok && v.status != Status::fail;
   }
   return ok;
 }
@@ -43,10 +57,11 @@ void write_verdicts_json(const std::string& path, const std::string& title,
   j["title"] = title;
   bool ok = true;
   for (const Verdict& v : rows) {
-    nlohmann::json row{{"check", v.check}, {"status", v.status}, {"detail", v.detail}};
+    nlohmann::json row{
+        {"check", v.check}, {"status", std::string(to_string(v.status))}, {"detail", v.detail}};
     if (!v.metrics.empty()) row["metrics"] = v.metrics;
     j["rows"].push_back(row);
-    ok = ok && v.status != "FAIL";
+    ok = ok && v.status != Status::fail;
   }
   j["pass"] = ok;
   files::write_atomically(path, j.dump(2) + "\n");

@@ -3,14 +3,20 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dsv32::tools {
 
+/// A verdict row's outcome; only `fail` fails the table.
+enum class Status { pass, fail, info, not_run };
+/// As printed: "pass", "FAIL", "info", "not run".
+std::string_view to_string(Status s);
+
 /// One line of a verdict table.
 struct Verdict {
-  std::string check;                         // what was checked
-  std::string status;                        // "pass", "FAIL" or "not run"
+  std::string check;  // what was checked
+  Status status = Status::pass;
   std::string detail;                        // numbers behind the status
   std::map<std::string, long> metrics = {};  // counts the JSON carries (a coverage row's)
 };

@@ -83,7 +83,8 @@ Verdict goldens(const SelfcheckOptions& o) {
         "drift: {} of {} cases within gates but not bitwise (first: {}); the "
         "fixtures were not written by this oracle",
         within, cases, first_drift);
-  return {"oracle vs committed goldens (fixtures/)", bitwise == cases ? "pass" : "FAIL", detail};
+  return {"oracle vs committed goldens (fixtures/)", bitwise == cases ? Status::pass : Status::fail,
+          detail};
 }
 
 /// The case families (docs/CASES.md): every registry case with claims in `require` is made
@@ -102,7 +103,8 @@ Verdict families() {
       if (problem.empty()) problem = e.what();
     }
   }
-  return {"case families: each exercises what it claims", problem.empty() ? "pass" : "FAIL",
+  return {"case families: each exercises what it claims",
+          problem.empty() ? Status::pass : Status::fail,
           problem.empty() ? fmt::format("{} claims of {} cases met ({})", claims, cases, names)
                           : problem};
 }
@@ -116,19 +118,19 @@ void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vect
       gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
                      boundary::plan_preset("eager", gc.cfg), stack_mutant);
   const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
-  rows.push_back(
-      {"gpu eager vs oracle (T2 vs T0/T1)", j.failures.empty() && j.stages > 0 ? "pass" : "FAIL",
-       j.failures.empty()
-           ? fmt::format("{} stages, {} top-k rows; {}", j.stages, j.topk_rows, j.worst_text())
-           : j.failures.front()});
+  rows.push_back({"gpu eager vs oracle (T2 vs T0/T1)",
+                  j.failures.empty() && j.stages > 0 ? Status::pass : Status::fail,
+                  j.failures.empty() ? fmt::format("{} stages, {} top-k rows; {}", j.stages,
+                                                   j.topk_rows, j.worst_text())
+                                     : j.failures.front()});
   for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(
            gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, 1, mutant)) {
-    rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? "pass" : "FAIL",
-                    c.difference.empty()
-                        ? fmt::format("bitwise equal to eager over {} steps ({}); segments "
-                                      "{}; oracle gate {}",
-                                      gc.steps.size(), c.served, c.structure, j.worst_text())
-                        : c.difference});
+    rows.push_back(
+        {"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? Status::pass : Status::fail,
+         c.difference.empty() ? fmt::format("bitwise equal to eager over {} steps ({}); segments "
+                                            "{}; oracle gate {}",
+                                            gc.steps.size(), c.served, c.structure, j.worst_text())
+                              : c.difference});
   }
 }
 
@@ -138,19 +140,21 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
   const std::string what =
       fmt::format("gpu tp {}: eager vs unsharded oracle, every plan bitwise", tp);
   if (gc.cfg.num_heads % tp != 0)
-    return {what, "not run", fmt::format("{} heads do not divide by {}", gc.cfg.num_heads, tp)};
-  if (const std::string why = gpu::no_tp_reason(tp); !why.empty()) return {what, "not run", why};
+    return {what, Status::not_run,
+            fmt::format("{} heads do not divide by {}", gc.cfg.num_heads, tp)};
+  if (const std::string why = gpu::no_tp_reason(tp); !why.empty())
+    return {what, Status::not_run, why};
   const auto w = std::make_shared<const Weights>(gc.weights);
   const std::vector<StepTrace> eager = gpu::run_steps_tp(
       gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps, boundary::plan_preset("eager", gc.cfg));
   const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
   if (!j.failures.empty() || j.stages == 0)
-    return {what, "FAIL", j.failures.empty() ? "nothing compared" : j.failures.front()};
+    return {what, Status::fail, j.failures.empty() ? "nothing compared" : j.failures.front()};
   const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(
       gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, tp);
   for (const gpu::PlanCheck& c : checks)
-    if (!c.difference.empty()) return {what, "FAIL", "plan " + c.plan + ": " + c.difference};
-  return {what, "pass",
+    if (!c.difference.empty()) return {what, Status::fail, "plan " + c.plan + ": " + c.difference};
+  return {what, Status::pass,
           fmt::format("{} plans bitwise equal to tp eager; oracle gate {}", checks.size(),
                       j.worst_text())};
 }
@@ -191,7 +195,7 @@ std::vector<Verdict> run(const SelfcheckOptions& o) {
       pad_diff = std::max(pad_diff,
                           std::fabs(gc.expected[s].output.data[i] - up.expected[s].output.data[i]));
   rows.push_back({"oracle exact: padded rows (NaN) change no real row",
-                  pad_diff <= 1e-12 ? "pass" : "FAIL", "max diff " + fmt_g(pad_diff)});
+                  pad_diff <= 1e-12 ? Status::pass : Status::fail, "max diff " + fmt_g(pad_diff)});
 
   // Every F layer's top-k row is valid against the exact scores.
   const auto w = std::make_shared<const Weights>(gc.weights);
@@ -219,7 +223,7 @@ std::vector<Verdict> run(const SelfcheckOptions& o) {
     }
   }
   rows.push_back({"oracle exact: top-k rows valid against exact scores",
-                  topk_problem.empty() ? "pass" : "FAIL",
+                  topk_problem.empty() ? Status::pass : Status::fail,
                   topk_problem.empty() ? fmt::format("{} rows", n_rows) : topk_problem});
   // What the scenario exercises, and the requirements on it (docs/COVERAGE.md).
   std::string unmet;
@@ -232,9 +236,9 @@ std::vector<Verdict> run(const SelfcheckOptions& o) {
   rows.push_back({o.require.empty() ? "coverage of the scenario"
                                     : fmt::format("coverage of the scenario (--require {})",
                                                   fmt::join(o.require, ", ")),
-                  !unmet.empty()      ? "FAIL"
-                  : o.require.empty() ? "info"
-                                      : "pass",
+                  !unmet.empty()      ? Status::fail
+                  : o.require.empty() ? Status::info
+                                      : Status::pass,
                   unmet.empty() ? coverage.line().substr(10) : unmet, metrics});
 
   // The gates the GPU will face (T0 judged by itself with T1's spread) must be non-vacuous.
@@ -245,21 +249,21 @@ std::vector<Verdict> run(const SelfcheckOptions& o) {
     const double cap = d.result.tol > 0 && d.result.rms > 0 ? d.result.tol / d.result.rms : 0;
     if (cap > widest) widest = cap, where = d.where();
   }
-  rows.push_back({"oracle T1 spread: every gate non-vacuous", refused.empty() ? "pass" : "FAIL",
-                  refused.empty()
-                      ? fmt::format("widest gate {:.1f}% of RMS at {}", 100 * widest, where)
-                      : refused});
+  rows.push_back(
+      {"oracle T1 spread: every gate non-vacuous", refused.empty() ? Status::pass : Status::fail,
+       refused.empty() ? fmt::format("widest gate {:.1f}% of RMS at {}", 100 * widest, where)
+                       : refused});
 #if DSV32_HAVE_CUDA
   if (const std::string why = gpu::no_device_reason(); !why.empty()) {
-    rows.push_back(
-        {fmt::format("gpu plans ({})", fmt::join(boundary::plan_names(), ", ")), "not run", why});
+    rows.push_back({fmt::format("gpu plans ({})", fmt::join(boundary::plan_names(), ", ")),
+                    Status::not_run, why});
   } else {
     gpu_rows(gc, o.mutant, rows);
     if (o.mutant.empty())
       for (int tp : {2, 4}) rows.push_back(tp_row(gc, tp));
   }
 #else
-  rows.push_back({"gpu plans", "not run", "built without CUDA"});
+  rows.push_back({"gpu plans", Status::not_run, "built without CUDA"});
 #endif
   return rows;
 }

@@ -58,11 +58,11 @@ std::string candidate_skeleton(const CaseSpec& spec) {
     for (const StepRequest& r : spec.steps[s].requests) tokens += r.q;
     nlohmann::ordered_json stages = nlohmann::ordered_json::object();
     for (int l = 0; l < c.num_layers; ++l)
-      for (const std::string& name : layer_stage_names()) {
-        if (is_indexer_stage(name) && !c.is_full_layer(l)) continue;
+      for (const Stage st : layer_stages()) {
+        if (stage_info(st).indexer && !c.is_full_layer(l)) continue;
         std::vector<std::int64_t> shape{tokens};
-        for (const std::int64_t d : stage_tail(c, name)) shape.push_back(d);
-        stages["layer" + std::to_string(l) + "/" + name] = shape;
+        for (const std::int64_t d : stage_tail(c, st)) shape.push_back(d);
+        stages["layer" + std::to_string(l) + "/" + stage_name(st)] = shape;
       }
     stages["output"] = std::vector<std::int64_t>{tokens, c.hidden_size};
     out["steps"].push_back({{"group", "/steps/step" + std::to_string(s) + "/expected"},

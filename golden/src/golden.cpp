@@ -35,11 +35,11 @@ void write_trace(const h5::Group& g, const Config& cfg, const StepTrace& tr, boo
   for (int l = 0; l < cfg.num_layers; ++l) {
     const h5::Group lg = g.child("layer" + std::to_string(l), true);
     for (const Tensor& t : tr.layers[l].tensors) {
-      lg.write(as(t, trace_dtype(cfg, t.name, exact)));
+      lg.write(as(t, trace_dtype(cfg, stage_info(t.name).stage, exact)));
       if (tick) tick();
     }
   }
-  g.write(as(tr.output, trace_dtype(cfg, "output", exact)));
+  g.write(as(tr.output, trace_dtype(cfg, Stage::output, exact)));
   if (tick) tick();
 }
 

@@ -135,9 +135,13 @@ Handle::~Handle() {
   if (id_ >= 0 && close_) close_(id_);
 }
 
+std::string Group::child_path(const std::string& name) const {
+  if (name.empty()) return path_;
+  return path_ == "/" ? "/" + name : path_ + "/" + name;
+}
+
 std::string Group::where(const std::string& name) const {
-  std::string p = path_ == "/" ? "/" + name : path_ + (name.empty() ? "" : "/" + name);
-  return file_ + ":" + p;
+  return file_ + ":" + child_path(name);
 }
 
 bool Group::has(const std::string& name) const {
@@ -155,7 +159,7 @@ Group Group::child(const std::string& name, bool create) const {
     g = H5Gopen2(h_.get(), name.c_str(), H5P_DEFAULT);
   }
   if (g < 0) throw GoldenError(where(name) + ": cannot open group");
-  return Group(Handle(g, H5Gclose), file_, path_ == "/" ? "/" + name : path_ + "/" + name, budget_);
+  return Group(Handle(g, H5Gclose), file_, child_path(name), budget_);
 }
 
 void Group::write(const Tensor& t) const {
@@ -206,7 +210,7 @@ void Group::write(const Tensor& t) const {
   }
   if (rc < 0) throw GoldenError(where(t.name) + ": write failed");
   Group self(Handle(H5Oopen(h_.get(), t.name.c_str(), H5P_DEFAULT), H5Oclose), file_,
-             path_ == "/" ? "/" + t.name : path_ + "/" + t.name);
+             child_path(t.name));
   self.set_attr("dtype", std::string(to_string(t.dtype)));
 }
 
@@ -217,7 +221,7 @@ Tensor Group::read(const std::string& name, DType want,
   Handle ds(H5Dopen2(h_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ds.valid()) throw GoldenError(where(name) + ": not a dataset");
   Group obj(Handle(H5Oopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Oclose), file_,
-            path_ == "/" ? "/" + name : path_ + "/" + name);
+            child_path(name));
   DType dt;
   try {
     dt = parse_dtype(obj.attr_string("dtype"));
@@ -248,8 +252,8 @@ Tensor Group::read(const std::string& name, DType want,
   if (shape && t.shape != *shape) {
     Tensor want_shape;
     want_shape.shape = *shape;
-    throw GoldenError(where(name) + ": shape " + t.shape_string() + ", expected " +
-                      want_shape.shape_string());
+    throw ShapeError(where(name) + ": shape " + t.shape_string() + ", expected " +
+                     want_shape.shape_string());
   }
   // The stored type must hold the dtype: bfloat16 and e4m3 as their 16- and 8-bit codes;
   // int32 as any integer type, float32 and float64 as any float type (each value converted
@@ -331,7 +335,7 @@ std::vector<std::string> Group::names() const {
 DType Group::dtype(const std::string& name) const {
   if (!has(name)) throw GoldenError(where(name) + ": missing dataset");
   const Group obj(Handle(H5Oopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Oclose), file_,
-                  path_ == "/" ? "/" + name : path_ + "/" + name);
+                  child_path(name));
   try {
     return parse_dtype(obj.attr_string("dtype"));
   } catch (const std::invalid_argument& e) {

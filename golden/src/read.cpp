@@ -50,14 +50,15 @@ StepTrace read_trace(const h5::Group& g, const Config& cfg, std::int64_t Ta, boo
   for (int l = 0; l < cfg.num_layers; ++l) {
     const h5::Group lg = g.child("layer" + std::to_string(l), false);
     LayerTrace lt;
-    for (const std::string& s : layer_stage_names()) {
-      if (is_indexer_stage(s) && !cfg.is_full_layer(l)) continue;
-      lt.tensors.push_back(read_finite(lg, s, trace_dtype(cfg, s, exact), stage_shape(cfg, s, Ta)));
+    for (const Stage s : layer_stages()) {
+      if (stage_info(s).indexer && !cfg.is_full_layer(l)) continue;
+      lt.tensors.push_back(
+          read_finite(lg, stage_name(s), trace_dtype(cfg, s, exact), stage_shape(cfg, s, Ta)));
     }
     tr.layers.push_back(std::move(lt));
   }
-  tr.output =
-      read_finite(g, "output", trace_dtype(cfg, "output", exact), stage_shape(cfg, "output", Ta));
+  tr.output = read_finite(g, stage_name(Stage::output), trace_dtype(cfg, Stage::output, exact),
+                          stage_shape(cfg, Stage::output, Ta));
   return tr;
 }
 
@@ -378,7 +379,7 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
       const std::int64_t Ta = golden.steps[s].num_tokens;
       StepTrace tr;
       for (const std::string& member : eg.names()) {
-        if (member == "output") continue;
+        if (find_stage(member) == Stage::output) continue;
         if (const int l = numbered(member, "layer"); l < 0 || l >= cfg.num_layers)
           throw h5::GoldenError(eg.where(member) + ": not a member of a candidate step (layer0.." +
                                 "layer" + std::to_string(cfg.num_layers - 1) + ", output)");
@@ -389,17 +390,19 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
         if (eg.has(ln)) {
           const h5::Group lg = eg.child(ln, false);
           for (const std::string& member : lg.names()) {
-            const auto& names = layer_stage_names();
-            if (std::find(names.begin(), names.end(), member) == names.end())
+            const std::optional<Stage> stage = find_stage(member);
+            if (!stage || stage == Stage::output)
               throw h5::GoldenError(lg.where(member) + ": unknown stage (the stages: " + known +
                                     ")");
-            if (is_indexer_stage(member) && !cfg.is_full_layer(l))
+            if (stage_info(*stage).indexer && !cfg.is_full_layer(l))
               throw h5::GoldenError(lg.where(member) + ": an indexer stage in an S layer");
           }
-          for (const std::string& name : layer_stage_names()) {
+          for (const Stage stage : layer_stages()) {
+            const std::string& name = stage_name(stage);
             if (!lg.has(name)) continue;
-            const DType dt = name == "topk" ? DType::int32 : lg.dtype(name);
-            lt.tensors.push_back(lg.read(name, dt, stage_shape(cfg, name, Ta)));
+            const DType dt =
+                stage_info(stage).storage == Storage::int32 ? DType::int32 : lg.dtype(name);
+            lt.tensors.push_back(lg.read(name, dt, stage_shape(cfg, stage, Ta)));
           }
           // A stage the judge could not judge with what else is given is refused, not skipped.
           if (const std::string why = unjudgeable_stage(lt); !why.empty())
@@ -411,14 +414,12 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
         throw h5::GoldenError(eg.where("output") +
                               ": missing dataset (a candidate must provide "
                               "the output)");
-      tr.output = eg.read("output", eg.dtype("output"), stage_shape(cfg, "output", Ta));
+      tr.output = eg.read("output", eg.dtype("output"), stage_shape(cfg, Stage::output, Ta));
       out.push_back(std::move(tr));
-    } catch (const h5::GoldenError& e) {
+    } catch (const h5::ShapeError& e) {
       // A shape that does not fit the golden's step most often means another case's candidate.
-      const std::string what = e.what();
-      if (what.find(": shape [") == std::string::npos) throw;
-      throw h5::GoldenError(what + " (step" + std::to_string(s) + " of case " + golden.case_id +
-                            " has " + std::to_string(golden.steps[s].num_tokens) +
+      throw h5::GoldenError(std::string(e.what()) + " (step" + std::to_string(s) + " of case " +
+                            golden.case_id + " has " + std::to_string(golden.steps[s].num_tokens) +
                             " tokens: is this a candidate for another case?)");
     }
   return out;

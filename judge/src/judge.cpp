@@ -39,7 +39,7 @@ void fail_adopted(Judgement& j, int step, int layer, const std::string& stage,
 
 /// A failed top-k row of token t.
 void fail_row(Judgement& j, int step, int layer, int t, const std::string& why) {
-  fail_adopted(j, step, layer, "topk", "token " + std::to_string(t) + ": " + why);
+  fail_adopted(j, step, layer, stage_name(Stage::topk), "token " + std::to_string(t) + ": " + why);
 }
 
 /// Under an fp8_ds_mla cache the oracle stores the candidate's `c` rows in its cache, so each
@@ -57,7 +57,7 @@ void check_cache_codes(Judgement& j, const Config& cfg, const StepInput& in, int
     why << "token " << t << " column " << codes.off_grid << ": " << c.data[t * L + codes.off_grid]
         << " is no e4m3 code times its tile's scale " << codes.scale << " (nearest code value "
         << codes.nearest << "): an fp8_ds_mla cache holds codes; was the latent quantized?";
-    return fail_adopted(j, step, layer, "c", why.str());
+    return fail_adopted(j, step, layer, stage_name(Stage::c), why.str());
   }
 }
 
@@ -159,17 +159,17 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     std::vector<int> against_t0;  // F layers whose sets are judged on T0's scores
     for (int l = 0; l < cfg.num_layers; ++l) {
       const LayerTrace& lt = gpu[s].layers[l];
-      if (const Tensor* c = lt.find("c"); c && cfg.kv_cache == KvCache::fp8_ds_mla)
+      if (const Tensor* c = lt.find(Stage::c); c && cfg.kv_cache == KvCache::fp8_ds_mla)
         check_cache_codes(j, cfg, in, si, l, *c);
       const bool full = cfg.is_full_layer(l);
-      const Tensor *k8 = lt.find("kI8"), *ks = lt.find("kI_scale");
+      const Tensor *k8 = lt.find(Stage::kI8), *ks = lt.find(Stage::kI_scale);
       own_keys[l] = own_keys[l] && k8 && ks;
       if (full && own_keys[l])
         for (int t = 0; t < in.num_tokens; ++t)
           keys[{l, in.requests[in.request_of_token[t]].id, in.positions[t]}] = {
               std::vector<double>(k8->data.begin() + t * dI, k8->data.begin() + (t + 1) * dI),
               ks->data[t]};
-      if (!lt.find("topk")) continue;
+      if (!lt.find(Stage::topk)) continue;
       const TopkRows rows = topk_rows(lt);
       const auto row_of = [&](int t) {
         return std::vector<int>(rows.row(t).data(), rows.row(t).data() + K);
@@ -183,7 +183,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
             !why.empty())
           fail_row(j, si, l, t, why);
       if (!full) continue;
-      const Tensor *q8 = lt.find("qI8"), *omega = lt.find("omega");
+      const Tensor *q8 = lt.find(Stage::qI8), *omega = lt.find(Stage::omega);
       // The candidate's own keys must cover every position its rows score: a golden whose
       // requests start with a context made before its first step has none of theirs.
       const auto keys_known = [&] {
@@ -286,7 +286,7 @@ std::string first_difference(const Config& cfg, const std::vector<StepTrace>& a,
                              const std::vector<StepTrace>& b) {
   const Divergence d = first_divergence(cfg, a, b);
   if (!d.found()) return "";
-  if (d.stage == "steps") return d.detail;
+  if (a.size() != b.size()) return d.detail;  // the step counts differ
   return step_layer(d.step, d.layer) + d.detail;
 }
 

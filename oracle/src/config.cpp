@@ -165,66 +165,99 @@ Config Config::tp_shard(int tp) const {
   return c;
 }
 
+namespace {
+
+Config dsv32_like(std::string_view name, int num_heads) {
+  Config c;
+  c.name = std::string(name);
+  c.hidden_size = 7168;
+  c.num_heads = num_heads;
+  c.q_lora_rank = 1536;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 128;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128;
+  c.index_n_heads = 64;
+  c.index_topk = 2048;
+  c.block_size = 64;
+  return c;
+}
+
+Config glm52() {
+  Config c;
+  c.name = "glm52";
+  c.hidden_size = 6144;
+  c.num_heads = 64;
+  c.q_lora_rank = 2048;
+  c.kv_lora_rank = 512;
+  c.qk_nope_head_dim = 192;
+  c.qk_rope_head_dim = 64;
+  c.v_head_dim = 256;
+  c.index_n_heads = 32;
+  c.index_topk = 2048;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 8e6;
+  c.rope_scaling.reset();
+  c.indexer_rope = IndexerRope::interleaved;
+  return c;
+}
+
+Config tiny_deep() {
+  Config c = small("tiny-deep", 4, "FSSF");
+  c.index_topk = 4;
+  c.block_size = 3;
+  return c;
+}
+
+Config tiny_wide() {
+  Config c = small("tiny-wide", 2, "FS");
+  c.hidden_size = 128;
+  c.num_heads = 8;
+  c.q_lora_rank = 96;
+  c.kv_lora_rank = 64;
+  c.qk_nope_head_dim = 32;
+  c.qk_rope_head_dim = 16;
+  c.v_head_dim = 32;
+  c.index_n_heads = 8;
+  c.index_topk = 32;
+  c.block_size = 16;
+  return c;
+}
+
+struct PresetMaker {
+  std::string_view name;
+  Config (*make)();
+};
+
+// The presets, in preset_names() order.
+constexpr PresetMaker kPresets[] = {
+    {"dsv32", [] { return dsv32_like("dsv32", 128); }},
+    {"dsv32-tp4", [] { return dsv32_like("dsv32-tp4", 32); }},
+    {"glm52", glm52},
+    {"tiny", [] { return small("tiny", 1, "F"); }},
+    {"tiny-fs", [] { return small("tiny-fs", 3, "FSF"); }},
+    {"tiny-deep", tiny_deep},
+    {"tiny-wide", tiny_wide},
+};
+
+}  // namespace
+
 std::vector<std::string> preset_names() {
-  return {"dsv32", "dsv32-tp4", "glm52", "tiny", "tiny-fs", "tiny-deep", "tiny-wide"};
+  std::vector<std::string> names;
+  for (const PresetMaker& p : kPresets) names.emplace_back(p.name);
+  return names;
 }
 
 Config preset(std::string_view name) {
-  Config c;
-  if (name == "dsv32" || name == "dsv32-tp4") {
-    c.name = std::string(name);
-    c.hidden_size = 7168;
-    c.num_heads = name == "dsv32" ? 128 : 32;
-    c.q_lora_rank = 1536;
-    c.kv_lora_rank = 512;
-    c.qk_nope_head_dim = 128;
-    c.qk_rope_head_dim = 64;
-    c.v_head_dim = 128;
-    c.index_n_heads = 64;
-    c.index_topk = 2048;
-    c.block_size = 64;
-  } else if (name == "glm52") {
-    c.name = "glm52";
-    c.hidden_size = 6144;
-    c.num_heads = 64;
-    c.q_lora_rank = 2048;
-    c.kv_lora_rank = 512;
-    c.qk_nope_head_dim = 192;
-    c.qk_rope_head_dim = 64;
-    c.v_head_dim = 256;
-    c.index_n_heads = 32;
-    c.index_topk = 2048;
-    c.rms_norm_eps = 1e-5;
-    c.rope_theta = 8e6;
-    c.rope_scaling.reset();
-    c.indexer_rope = IndexerRope::interleaved;
-  } else if (name == "tiny") {
-    c = small("tiny", 1, "F");
-  } else if (name == "tiny-fs") {
-    c = small("tiny-fs", 3, "FSF");
-  } else if (name == "tiny-deep") {
-    c = small("tiny-deep", 4, "FSSF");
-    c.index_topk = 4;
-    c.block_size = 3;
-  } else if (name == "tiny-wide") {
-    c = small("tiny-wide", 2, "FS");
-    c.hidden_size = 128;
-    c.num_heads = 8;
-    c.q_lora_rank = 96;
-    c.kv_lora_rank = 64;
-    c.qk_nope_head_dim = 32;
-    c.qk_rope_head_dim = 16;
-    c.v_head_dim = 32;
-    c.index_n_heads = 8;
-    c.index_topk = 32;
-    c.block_size = 16;
-  } else {
-    std::string known;
-    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
-    throw ConfigError("unknown preset '" + std::string(name) + "' (known: " + known + ")");
-  }
-  c.validate();
-  return c;
+  for (const PresetMaker& p : kPresets)
+    if (p.name == name) {
+      Config c = p.make();
+      c.validate();
+      return c;
+    }
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("unknown preset '" + std::string(name) + "' (known: " + known + ")");
 }
 
 std::string topk_pattern_from_vllm(int num_layers, int freq, int offset) {

@@ -1,6 +1,7 @@
 #include "dsv32/oracle/coverage.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,20 @@ std::uint32_t coarse_bin(double score) {
   return u >> (32 - Coverage::kCoarseBits);
 }
 
+constexpr std::array<std::string_view, kNumMetrics> kMetricNames{
+    "rows", "padded",      "multi_token", "over_k",   "scored", "pruned",
+    "ties", "largest_tie", "largest_bin", "max_keys", "k_edge", "reused_blocks"};
+
+struct ComparisonName {
+  std::string_view text;
+  Comparison op;
+};
+constexpr std::array<ComparisonName, 5> kComparisons{{{">=", Comparison::ge},
+                                                      {">", Comparison::gt},
+                                                      {"<=", Comparison::le},
+                                                      {"<", Comparison::lt},
+                                                      {"==", Comparison::eq}}};
+
 std::string percent_text(long n, long base) {
   if (base <= 0) return "";
   std::ostringstream s;
@@ -29,6 +44,16 @@ std::string percent_text(long n, long base) {
 }
 
 }  // namespace
+
+std::string_view metric_name(Metric m) {
+  return kMetricNames[static_cast<std::size_t>(m)];
+}
+
+std::optional<Metric> find_metric(std::string_view name) {
+  for (std::size_t i = 0; i < kNumMetrics; ++i)
+    if (kMetricNames[i] == name) return static_cast<Metric>(i);
+  return std::nullopt;
+}
 
 void Coverage::add_step(const StepInput& in, int K) {
   rows += in.num_tokens;
@@ -80,24 +105,72 @@ void Coverage::merge(const Coverage& o) {
   reused_blocks += o.reused_blocks;
 }
 
-std::vector<std::pair<std::string, long>> Coverage::metrics() const {
-  return {{"rows", rows},         {"padded", padded},           {"multi_token", multi_token},
-          {"over_k", over_k},     {"scored", scored},           {"pruned", pruned},
-          {"ties", ties},         {"largest_tie", largest_tie}, {"largest_bin", largest_bin},
-          {"max_keys", max_keys}, {"k_edge", k_edge},           {"reused_blocks", reused_blocks}};
-}
-
-bool Coverage::has_share(const std::string& metric) {
-  return metric == "padded" || metric == "multi_token" || metric == "over_k" ||
-         metric == "pruned" || metric == "ties" || metric == "k_edge";
-}
-
-long Coverage::base_of(const std::string& metric) const {
-  if (metric == "padded") return rows + padded;
-  if (metric == "multi_token" || metric == "over_k") return rows;
-  if (metric == "pruned" || metric == "k_edge") return scored;
-  if (metric == "ties") return pruned;
+long Coverage::value(Metric m) const {
+  switch (m) {
+    case Metric::rows:
+      return rows;
+    case Metric::padded:
+      return padded;
+    case Metric::multi_token:
+      return multi_token;
+    case Metric::over_k:
+      return over_k;
+    case Metric::scored:
+      return scored;
+    case Metric::pruned:
+      return pruned;
+    case Metric::ties:
+      return ties;
+    case Metric::largest_tie:
+      return largest_tie;
+    case Metric::largest_bin:
+      return largest_bin;
+    case Metric::max_keys:
+      return max_keys;
+    case Metric::k_edge:
+      return k_edge;
+    case Metric::reused_blocks:
+      return reused_blocks;
+  }
   return 0;
+}
+
+std::vector<std::pair<std::string, long>> Coverage::metrics() const {
+  std::vector<std::pair<std::string, long>> out;
+  for (std::size_t i = 0; i < kNumMetrics; ++i)
+    out.emplace_back(kMetricNames[i], value(static_cast<Metric>(i)));
+  return out;
+}
+
+bool Coverage::has_share(Metric m) {
+  switch (m) {
+    case Metric::padded:
+    case Metric::multi_token:
+    case Metric::over_k:
+    case Metric::pruned:
+    case Metric::ties:
+    case Metric::k_edge:
+      return true;
+    default:
+      return false;
+  }
+}
+
+long Coverage::base_of(Metric m) const {
+  switch (m) {
+    case Metric::padded:
+      return rows + padded;
+    case Metric::multi_token:
+    case Metric::over_k:
+      return rows;
+    case Metric::pruned:
+    case Metric::k_edge:
+      return scored;
+    case Metric::ties:
+      return pruned;
+    default:
+      return 0;
+  }
 }
 
 std::string Coverage::line() const {
@@ -117,25 +190,28 @@ Requirement Requirement::parse(const std::string& text, const std::vector<std::s
   if (at == std::string::npos || at == 0)
     throw std::invalid_argument(text + ": give METRIC OP VALUE, e.g. pruned>=50%");
   r.metric = text.substr(0, at);
-  const Coverage none;
-  bool known = std::find(more.begin(), more.end(), r.metric) != more.end();
-  for (const auto& [name, v] : none.metrics()) known = known || name == r.metric;
-  if (!known) {
+  r.of_coverage = find_metric(r.metric);
+  if (!r.of_coverage && std::find(more.begin(), more.end(), r.metric) == more.end()) {
     std::string names;
-    for (const auto& [name, v] : none.metrics()) names += (names.empty() ? "" : ", ") + name;
+    for (const std::string_view name : kMetricNames)
+      names += (names.empty() ? "" : ", ") + std::string(name);
     for (const std::string& name : more) names += ", " + name;
     throw std::invalid_argument(text + ": no metric " + r.metric + " (" + names + ")");
   }
   std::size_t v = at;
   while (v < text.size() && (text[v] == '<' || text[v] == '>' || text[v] == '=')) ++v;
-  r.op = text.substr(at, v - at);
-  if (r.op != ">=" && r.op != ">" && r.op != "<=" && r.op != "<" && r.op != "==")
-    throw std::invalid_argument(text + ": comparison " + r.op + " (one of >=, >, <=, <, ==)");
+  const std::string_view op = std::string_view(text).substr(at, v - at);
+  const auto c = std::find_if(kComparisons.begin(), kComparisons.end(),
+                              [&](const ComparisonName& k) { return k.text == op; });
+  if (c == kComparisons.end())
+    throw std::invalid_argument(text + ": comparison " + std::string(op) +
+                                " (one of >=, >, <=, <, ==)");
+  r.op = c->op;
   std::string num = text.substr(v);
   if (!num.empty() && num.back() == '%') {
     r.percent = true;
     num.pop_back();
-    if (!Coverage::has_share(r.metric))
+    if (!r.of_coverage || !Coverage::has_share(*r.of_coverage))
       throw std::invalid_argument(text + ": " + r.metric +
                                   " is a count, not a share (give a number)");
   }
@@ -153,19 +229,30 @@ Requirement Requirement::parse(const std::string& text, const std::vector<std::s
 }
 
 std::string Requirement::check(const Coverage& c, const std::map<std::string, long>& more) const {
-  long n = 0;
-  for (const auto& [name, v] : c.metrics())
-    if (name == metric) n = v;
+  long n = of_coverage ? c.value(*of_coverage) : 0;
   if (const auto it = more.find(metric); it != more.end()) n = it->second;
-  const long base = c.base_of(metric);
+  const long base = of_coverage ? c.base_of(*of_coverage) : 0;
   const double got =
       percent ? (base > 0 ? 100.0 * static_cast<double>(n) / static_cast<double>(base) : 0.0)
               : static_cast<double>(n);
-  const bool met = op == ">="   ? got >= value
-                   : op == ">"  ? got > value
-                   : op == "<=" ? got <= value
-                   : op == "<"  ? got < value
-                                : got == value;
+  bool met = false;
+  switch (op) {
+    case Comparison::ge:
+      met = got >= value;
+      break;
+    case Comparison::gt:
+      met = got > value;
+      break;
+    case Comparison::le:
+      met = got <= value;
+      break;
+    case Comparison::lt:
+      met = got < value;
+      break;
+    case Comparison::eq:
+      met = got == value;
+      break;
+  }
   if (met) return "";
   std::ostringstream s;
   s << text << ": " << metric << " is " << n;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -55,37 +56,33 @@ Tensor per_scale(const Tensor& omega, const Tensor& scale) {
   return t;
 }
 
-/// The scale a quantized stage is judged with (TESTING.md), or nullptr.
-const char* scale_of(std::string_view stage) {
-  return stage == "qI8" || stage == "omega" ? "qI_scale" : stage == "kI8" ? "kI_scale" : nullptr;
-}
-
-/// The stages a scale is judged through ("qI8 or omega"), or "" for a stage that is no scale.
-std::string judged_through(std::string_view scale, const char* joint) {
+/// The stages judged through `scale` (TESTING.md), joined with `joint` ("qI8 or omega"); "" for
+/// a stage that is no scale.
+std::string judged_through(Stage scale, const char* joint) {
   std::string users;
-  for (const std::string& name : layer_stage_names())
-    if (const char* sc = scale_of(name); sc && scale == sc)
-      users += (users.empty() ? "" : joint) + name;
+  for (const Stage s : layer_stages())
+    if (stage_info(s).scale == scale) users += (users.empty() ? "" : joint) + stage_name(s);
   return users;
 }
 
 }  // namespace
 
 std::string unjudgeable_stage(const LayerTrace& layer) {
-  for (const std::string& name : layer_stage_names()) {
-    if (!layer.find(name)) continue;
-    if (const char* sc = scale_of(name); sc && !layer.find(sc))
-      return name + ": provided without " + sc +
-             "; a quantized stage is judged with its scale: " + "provide " + sc +
+  for (const Stage s : layer_stages()) {
+    if (!layer.find(s)) continue;
+    const std::string& name = stage_name(s);
+    if (const std::optional<Stage> sc = stage_info(s).scale; sc && !layer.find(*sc))
+      return name + ": provided without " + stage_name(*sc) +
+             "; a quantized stage is judged with its scale: " + "provide " + stage_name(*sc) +
              ", or leave out " + name;
-    const std::string users = judged_through(name, " or ");
-    if (users.empty()) continue;
+    if (stage_info(s).rule != Rule::scale) continue;
     bool judged = false;
-    for (const std::string& user : layer_stage_names())
-      if (const char* sc = scale_of(user); sc && name == sc && layer.find(user)) judged = true;
+    for (const Stage user : layer_stages())
+      if (stage_info(user).scale == s && layer.find(user)) judged = true;
     if (!judged)
-      return name + ": provided without " + judged_through(name, " and ") +
-             "; a scale is judged with its codes: provide " + users + ", or leave out " + name;
+      return name + ": provided without " + judged_through(s, " and ") +
+             "; a scale is judged with its codes: provide " + judged_through(s, " or ") +
+             ", or leave out " + name;
   }
   return "";
 }
@@ -107,6 +104,12 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
                                    const std::vector<StepTrace>& t0,
                                    const std::vector<StepTrace>& t1) {
   std::vector<StageDiff> out;
+  // The scale a stage is divided by before its gate (per_scale: omega), or nullopt.
+  const auto divided_by = [](const Tensor& t) -> std::optional<Stage> {
+    const std::optional<Stage> s = find_stage(t.name);
+    if (s && stage_info(*s).rule == Rule::per_scale) return stage_info(*s).scale;
+    return std::nullopt;
+  };
   // fp32: each stage's magnitude over the run, the scale of its gate (compare_fp32).
   std::map<std::pair<int, std::string>, double> scale;
   if (cfg.precision == Precision::fp32)
@@ -114,10 +117,10 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
       for (int l = 0; l < cfg.num_layers && l < static_cast<int>(st.layers.size()); ++l)
         for (const Tensor& t : st.layers[l].tensors) {
           double& m = scale[{l, t.name}];
-          m = std::max(m, t.name == "omega" ? max_abs(per_scale(t, st.layers[l].at("qI_scale")))
-                                            : max_abs(t));
+          const std::optional<Stage> sc = divided_by(t);
+          m = std::max(m, sc ? max_abs(per_scale(t, st.layers[l].at(*sc))) : max_abs(t));
         }
-      double& m = scale[{-1, "output"}];
+      double& m = scale[{-1, stage_name(Stage::output)}];
       m = std::max(m, max_abs(st.output));
     }
   // bf16: each stage's largest T1 - T0 over the run, the floor of its spread term. One step's
@@ -133,30 +136,30 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
            ++l)
         for (const Tensor& x0 : t0[s].layers[l].tensors) {
           const Tensor* x1 = t1[s].layers[l].find(x0.name);
-          if (!x1 || x1->shape != x0.shape || x0.name == "topk") continue;
+          const std::optional<Stage> st = find_stage(x0.name);
+          if (!x1 || x1->shape != x0.shape || (st && stage_info(*st).rule == Rule::sets)) continue;
           double& m = run_spread[{l, x0.name}];
-          m = std::max(m, x0.name == "omega"
-                              ? max_abs_diff(per_scale(*x1, t1[s].layers[l].at("qI_scale")),
-                                             per_scale(x0, t0[s].layers[l].at("qI_scale")))
-                              : max_abs_diff(*x1, x0));
+          const std::optional<Stage> sc = divided_by(x0);
+          m = std::max(m, sc ? max_abs_diff(per_scale(*x1, t1[s].layers[l].at(*sc)),
+                                            per_scale(x0, t0[s].layers[l].at(*sc)))
+                             : max_abs_diff(*x1, x0));
         }
       if (t1[s].output.shape == t0[s].output.shape) {
-        double& m = run_spread[{-1, "output"}];
+        double& m = run_spread[{-1, stage_name(Stage::output)}];
         m = std::max(m, max_abs_diff(t1[s].output, t0[s].output));
       }
     }
   }
   // layer: the stage's layer, -1 for the step's output.
-  const auto gate = [&](const Tensor& g, const Tensor& x0, const Tensor& x1, int layer) {
+  const auto gate = [&](Stage st, const Tensor& g, const Tensor& x0, const Tensor& x1, int layer) {
     if (cfg.precision == Precision::fp32)
       return compare_fp32(g, x0, fp32_chain_dot(cfg, layer), scale[{layer, x0.name}]);
     // Under an fp8 latent cache, everything computed from it resolves to e4m3 quanta:
     // attention's outputs and what follows them in the layer, and every stage of later layers
     // (the residual stream carries them on). `c` itself has the quantized rule (below).
     const bool fp8_limited =
-        cfg.kv_cache == KvCache::fp8_ds_mla &&
-        (layer != 0 || x0.name == "olat" || x0.name == "lse" || x0.name == "o" || x0.name == "y");
-    return compare_bf16(g, x0, x1, storage_dtype(cfg, x0.name),
+        cfg.kv_cache == KvCache::fp8_ds_mla && (layer != 0 || stage_info(st).after_attention);
+    return compare_bf16(g, x0, x1, storage_dtype(cfg, st),
                         fp8_limited ? DType::float8_e4m3fn : DType::bfloat16,
                         run_spread[{layer, x0.name}]);
   };
@@ -164,48 +167,66 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
   for (std::size_t s = 0; s < steps; ++s) {
     for (int l = 0; l < cfg.num_layers; ++l) {
       const LayerTrace &a = cand[s].layers.at(l), &b = t0[s].layers.at(l), &e = t1[s].layers.at(l);
-      for (const std::string& name : layer_stage_names()) {
-        const Tensor* want = b.find(name);
+      for (const Stage st : layer_stages()) {
+        const StageInfo& info = stage_info(st);
+        const std::string& name = stage_name(st);
+        const Tensor* want = b.find(st);
         // A scale is judged through its codes (unjudgeable_stage refuses one given alone).
-        if (!want || !judged_through(name, "").empty()) continue;
+        if (!want || info.rule == Rule::scale) continue;
         StageDiff d{static_cast<int>(s), l, name, {}};
-        const Tensor* got = a.find(name);
+        const Tensor* got = a.find(st);
         // The scale a quantized stage is judged with must come with it.
-        const char* needs = scale_of(name);
-        if (!got || (needs && !a.find(needs))) {
+        const std::optional<Stage> needs = info.scale;
+        if (!got || (needs && !a.find(*needs))) {
           d.provided = false;
           d.result.tensor = name;
           d.result.refused = true;
-          d.result.note = !got ? "candidate has no stage '" + name + "'"
-                               : "candidate has '" + name + "' without '" + needs + "'";
-        } else if (name == "topk") {
-          d.result = compare_topk(*got, *want);
-        } else if (name == "omega") {
-          d.result = gate(per_scale(*got, a.at("qI_scale")), per_scale(*want, b.at("qI_scale")),
-                          per_scale(e.at(name), e.at("qI_scale")), l);
-        } else if (name == "qI8" || name == "kI8") {
-          const std::string sc = name == "qI8" ? "qI_scale" : "kI_scale";
-          const std::int64_t block = want->shape.back();
-          // bf16 roundings before the quantizer move amax by up to ~2^-8.
-          const double boundary = cfg.precision == Precision::bf16 ? 0x1p-7 : 1e-5;
-          d.result = compare_quantized(*got, a.at(sc), *want, b.at(sc), block, &e.at(name),
-                                       &e.at(sc), boundary);
-        } else if (name == "c" && cfg.kv_cache == KvCache::fp8_ds_mla) {
-          // An fp8 cache entry: TESTING.md's quantized rule (a code may flip where the GPU's
-          // pre-quantization value differs from T1's in the last bits). The tile scale comes
-          // from an RMSNorm over L values: the candidate's may differ from T0's by the fp32
-          // bound of that reduction. In bf16 a tile's spread is at least the run's (one row's
-          // ten values of a tiny L can show less of T1's noise than there is; TOLERANCES.md).
-          d.result = compare_fp8_cache(*got, *want, e.at(name), kDsMlaTile,
-                                       2.0 * gamma_fp32(want->shape.back()), run_spread[{l, name}]);
-        } else {
-          d.result = gate(*got, *want, e.at(name), l);
+          d.result.note = !got
+                              ? "candidate has no stage '" + name + "'"
+                              : "candidate has '" + name + "' without '" + stage_name(*needs) + "'";
+          out.push_back(std::move(d));
+          continue;
+        }
+        switch (info.rule) {
+          case Rule::sets:
+            d.result = compare_topk(*got, *want);
+            break;
+          case Rule::per_scale:
+            d.result = gate(st, per_scale(*got, a.at(*needs)), per_scale(*want, b.at(*needs)),
+                            per_scale(e.at(st), e.at(*needs)), l);
+            break;
+          case Rule::quantized: {
+            const std::int64_t block = want->shape.back();
+            // bf16 roundings before the quantizer move amax by up to ~2^-8.
+            const double boundary = cfg.precision == Precision::bf16 ? 0x1p-7 : 1e-5;
+            d.result = compare_quantized(*got, a.at(*needs), *want, b.at(*needs), block, &e.at(st),
+                                         &e.at(*needs), boundary);
+            break;
+          }
+          case Rule::cache:
+            if (cfg.kv_cache == KvCache::fp8_ds_mla) {
+              // An fp8 cache entry: TESTING.md's quantized rule (a code may flip where the GPU's
+              // pre-quantization value differs from T1's in the last bits). The tile scale
+              // comes from an RMSNorm over L values: the candidate's may differ from T0's by
+              // the fp32 bound of that reduction. In bf16 a tile's spread is at least the
+              // run's (one row's ten values of a tiny L can show less of T1's noise than there
+              // is; TOLERANCES.md).
+              d.result =
+                  compare_fp8_cache(*got, *want, e.at(st), kDsMlaTile,
+                                    2.0 * gamma_fp32(want->shape.back()), run_spread[{l, name}]);
+              break;
+            }
+            [[fallthrough]];
+          case Rule::gate:
+          case Rule::scale:
+            d.result = gate(st, *got, *want, e.at(st), l);
+            break;
         }
         out.push_back(std::move(d));
       }
     }
-    StageDiff d{static_cast<int>(s), -1, "output",
-                gate(cand[s].output, t0[s].output, t1[s].output, -1)};
+    StageDiff d{static_cast<int>(s), -1, stage_name(Stage::output),
+                gate(Stage::output, cand[s].output, t0[s].output, t1[s].output, -1)};
     out.push_back(std::move(d));
   }
   if (cand.size() != t0.size()) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/oracle/scenario.hpp"
@@ -15,7 +16,7 @@ TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
   for (const std::string& name : boundary::plan_names())
     EXPECT_NO_THROW(boundary::validate(boundary::plan_preset(name, cfg), cfg));
   boundary::Plan p = boundary::plan_preset("narrow", cfg);
-  p.placement[1]["sparse_mqa"] = boundary::Placement::graph;
+  p.placement[1][Op::sparse_mqa] = boundary::Placement::graph;
   try {
     boundary::validate(p, cfg);
     FAIL() << "a captured sparse_mqa was accepted";
@@ -25,8 +26,11 @@ TEST(PlanPresets, ValidatorRejectsCapturingHostOps) {
   }
   EXPECT_NO_THROW(boundary::validate(p, cfg, /*allow_host_capture=*/true));
   EXPECT_THROW(boundary::plan_preset("no-such-plan", cfg), boundary::PlanError);
-  EXPECT_EQ(boundary::plan_preset("narrow", cfg).ops(cfg, 1).size(),
+  EXPECT_EQ(boundary::plan_preset("narrow", cfg).layer_ops(cfg, 1).size(),
             10u);  // S layer: no indexer ops
+  const OpList copy_ops = boundary::plan_preset("narrow-copy", cfg).layer_ops(cfg, 0);
+  EXPECT_EQ(copy_ops[copy_ops.size() - 1], Op::residual_add);
+  // The by-name list (gpu/'s) is the same ops.
   EXPECT_EQ(boundary::plan_preset("narrow-copy", cfg).ops(cfg, 0).back(), "residual_add");
 }
 
@@ -35,8 +39,8 @@ TEST(PlanPresets, FullCapturesHostOpsOnlyWithTheirDeviceDrivenVariants) {
   const boundary::Plan full = boundary::plan_preset("full", cfg);
   EXPECT_TRUE(full.device_driven);
   for (int l = 0; l < cfg.num_layers; ++l)
-    for (const std::string& op : full.ops(cfg, l))
-      EXPECT_EQ(full.at(l, op), boundary::Placement::graph) << "layer " << l << " " << op;
+    for (const Op op : full.layer_ops(cfg, l))
+      EXPECT_EQ(full.at(l, op), boundary::Placement::graph) << "layer " << l << " " << op_name(op);
   EXPECT_NO_THROW(boundary::validate(full, cfg));
   // The same placement without the device-driven variants is refused, naming the first H op.
   boundary::Plan host = full;
@@ -129,7 +133,7 @@ TEST(PlanSignature, NamesWhatIsRecordedNotWhatItIsCalled) {
   renamed.name = "my-narrow";
   EXPECT_EQ(renamed.signature(), boundary::plan_preset("narrow", cfg).signature());
   boundary::Plan moved = boundary::plan_preset("narrow", cfg);
-  moved.placement[1]["o_proj"] = boundary::Placement::eager;
+  moved.placement[1][Op::o_proj] = boundary::Placement::eager;
   EXPECT_NE(moved.signature(), boundary::plan_preset("narrow", cfg).signature());
   boundary::Plan copy = boundary::plan_preset("narrow", cfg);
   copy.copy_form = true;
@@ -173,6 +177,94 @@ TEST(PlanMutants, EveryStackMutantHasItsOwnValue) {
   }
   EXPECT_EQ(seen.size(), 16u);
   EXPECT_THROW(boundary::stack_mutant("no-such-mutant"), boundary::PlanError);
+}
+
+TEST(PlanPresets, EachNameIsOnePresetAndBack) {
+  const Config cfg = preset("tiny-fs");
+  const std::vector<std::string> names = boundary::plan_names();
+  ASSERT_EQ(names.size(), 7u);
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto p = static_cast<boundary::PlanPreset>(i);
+    EXPECT_EQ(boundary::plan_preset_name(p), names[i]);
+    EXPECT_EQ(boundary::find_plan_preset(names[i]), p);
+    EXPECT_EQ(boundary::plan_preset(p, cfg).signature(),
+              boundary::plan_preset(names[i], cfg).signature())
+        << names[i];
+    EXPECT_EQ(boundary::plan_preset(p, cfg).name, names[i]);
+  }
+  EXPECT_EQ(boundary::find_plan_preset("full-and-piecewise:wide"), std::nullopt);
+  EXPECT_EQ(boundary::plan_preset("full-and-piecewise:wide", cfg).signature(),
+            boundary::full_and_piecewise(cfg, boundary::PlanPreset::wide).signature());
+  try {
+    boundary::plan_preset("full-and-piecewise:full", cfg);
+    FAIL() << "a device-driven piecewise plan was accepted";
+  } catch (const boundary::PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("the piecewise plan 'full' is device-driven"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    boundary::plan_preset("no-such-plan", cfg);
+    FAIL();
+  } catch (const boundary::PlanError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "unknown plan 'no-such-plan' (known: eager, breakable-eager, wide, narrow, "
+              "narrow-copy, full, full-and-piecewise)");
+  }
+  // A placement array indexed by Op, iterated in the op table's order.
+  const boundary::Plan narrow = boundary::plan_preset(boundary::PlanPreset::narrow, cfg);
+  std::size_t i = 0;
+  for (const auto& [op, where] : narrow.placement[0]) {
+    EXPECT_EQ(op, kOpTable[i++].op);
+    EXPECT_EQ(where, op == Op::indexer_topk || op == Op::sparse_mqa || op == Op::uv_proj
+                         ? boundary::Placement::eager
+                         : boundary::Placement::graph)
+        << op_name(op);
+  }
+  EXPECT_EQ(i, kNumOps);
+}
+
+TEST(PlanMutants, TheTableAndTheNamesAgree) {
+  const auto& names = boundary::mutant_names();
+  ASSERT_EQ(names.size(), boundary::kNumMutants);
+  for (const boundary::MutantInfo& m : boundary::kMutantTable) {
+    EXPECT_EQ(boundary::mutant_name(m.mutant), m.name);
+    EXPECT_EQ(boundary::find_mutant(m.name), m.mutant);
+    EXPECT_EQ(boundary::is_plan_mutant(m.mutant), boundary::is_plan_mutant(m.name));
+    EXPECT_EQ(boundary::is_full_graph_mutant(m.mutant), boundary::is_full_graph_mutant(m.name));
+    EXPECT_EQ(boundary::mutant_bait(m.mutant), boundary::mutant_bait(m.name));
+    EXPECT_EQ(boundary::plan_preset_name(boundary::mutant_plan(m.mutant)),
+              boundary::mutant_plan(m.name));
+  }
+  EXPECT_TRUE(boundary::is_plan_mutant(boundary::Mutant::capture_host_op));
+  EXPECT_TRUE(boundary::is_plan_mutant(boundary::Mutant::uv_captured_nocopy));
+  EXPECT_EQ(boundary::stack_switch("capture-host-op"), "");
+  EXPECT_EQ(boundary::stack_switch("double-rope"), "double-rope");
+  EXPECT_FALSE(boundary::is_plan_mutant("no-such-mutant"));
+  EXPECT_EQ(boundary::mutant_bait("no-such-mutant"), "mutant-bait");
+  try {
+    boundary::parse_mutant("no-such-mutant");
+    FAIL();
+  } catch (const boundary::PlanError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("unknown mutant 'no-such-mutant' (known: fresh-output, "
+                                          "capture-host-op, ",
+                                          0),
+              0u)
+        << e.what();
+  }
+  const Config cfg = preset("tiny-fs");
+  const boundary::Plan narrow = boundary::plan_preset(boundary::PlanPreset::narrow, cfg);
+  const boundary::Plan host = boundary::mutate_plan(narrow, boundary::Mutant::capture_host_op);
+  EXPECT_EQ(host.name, "narrow+capture-host-op");
+  EXPECT_TRUE(host.allow_host_capture);
+  for (int l = 0; l < cfg.num_layers; ++l)
+    EXPECT_EQ(host.at(l, Op::sparse_mqa), boundary::Placement::graph);
+  const boundary::Plan copy = boundary::plan_preset(boundary::PlanPreset::narrow_copy, cfg);
+  const boundary::Plan uv = boundary::mutate_plan(copy, boundary::Mutant::uv_captured_nocopy);
+  EXPECT_FALSE(uv.copy_form);
+  EXPECT_EQ(uv.at(0, Op::uv_proj), boundary::Placement::graph);
+  EXPECT_EQ(boundary::mutate_plan(narrow, boundary::Mutant::double_rope).signature(),
+            narrow.signature());
 }
 
 TEST(CaptureSizes, FollowTheVllmList) {

@@ -142,68 +142,77 @@ class BisectEngine : public ::testing::Test {
 };
 
 TEST_F(BisectEngine, NamesTheCapturedOpThatBreaksTheRun) {
-  const boundary::Plan narrow = boundary::plan_preset("narrow", gc_.cfg);
+  const boundary::Plan narrow = boundary::plan_preset(boundary::PlanPreset::narrow, gc_.cfg);
   const int layer = gc_.cfg.num_layers - 1;
   int graph_ops = 0;
   for (int l = 0; l < gc_.cfg.num_layers; ++l)
-    for (const std::string& op : narrow.ops(gc_.cfg, l))
+    for (const Op op : narrow.layer_ops(gc_.cfg, l))
       graph_ops += narrow.at(l, op) == boundary::Placement::graph;
-  for (const char* culprit : {"o_proj", "input_norm", "residual_add"}) {
+  for (const Op culprit : {Op::o_proj, Op::input_norm, Op::residual_add}) {
     const PlanRunner runner = [&](const boundary::Plan& p, const std::string& mutant) {
       EXPECT_EQ(mutant, "");
       const bool captured = p.capture && p.at(layer, culprit) == boundary::Placement::graph;
       return captured ? broken(layer) : gc_.expected;
     };
     const BisectReport r = run(narrow, runner);
-    EXPECT_EQ(r.verdict, "boundary") << culprit << ": " << r.summary();
-    EXPECT_EQ(r.op, culprit);
+    EXPECT_EQ(r.verdict, BisectVerdict::boundary) << op_name(culprit) << ": " << r.summary();
+    EXPECT_EQ(r.op, op_name(culprit));
     EXPECT_EQ(r.layer, layer);
     EXPECT_EQ(r.where, "step0/layer" + std::to_string(layer) + "/y");
     // eager, the plan, breakable-eager, then a binary search over the captured ops.
-    EXPECT_LE(r.runs, 3 + static_cast<int>(std::ceil(std::log2(graph_ops)))) << culprit;
+    EXPECT_LE(r.runs, 3 + static_cast<int>(std::ceil(std::log2(graph_ops)))) << op_name(culprit);
   }
 }
 
 TEST_F(BisectEngine, TellsTheMachineryAndDataBugsApart) {
-  const boundary::Plan narrow = boundary::plan_preset("narrow", gc_.cfg);
+  const boundary::Plan narrow = boundary::plan_preset(boundary::PlanPreset::narrow, gc_.cfg);
   const BisectReport none =
       run(narrow, [&](const boundary::Plan&, const std::string&) { return gc_.expected; });
-  EXPECT_EQ(none.verdict, "none") << none.summary();
+  EXPECT_EQ(none.verdict, BisectVerdict::none) << none.summary();
   EXPECT_EQ(none.runs, 2);
   const BisectReport machinery = run(narrow, [&](const boundary::Plan& p, const std::string&) {
     return p.capture ? broken(0) : gc_.expected;
   });
-  EXPECT_EQ(machinery.verdict, "eager-segment") << machinery.summary();
+  EXPECT_EQ(machinery.verdict, BisectVerdict::eager_segment) << machinery.summary();
   EXPECT_EQ(machinery.where, "step0/layer0/y");
   EXPECT_EQ(machinery.op, "o_proj");
   const BisectReport data =
       run(narrow, [&](const boundary::Plan&, const std::string&) { return broken(0); });
-  EXPECT_EQ(data.verdict, "data") << data.summary();
+  EXPECT_EQ(data.verdict, BisectVerdict::data) << data.summary();
   EXPECT_EQ(data.where, "step0/layer0/y");
   EXPECT_EQ(data.op, "o_proj");
   EXPECT_EQ(data.runs, 1);
 }
 
 TEST_F(BisectEngine, HandsAStackMutantToEveryRunAndAppliesAPlanMutant) {
-  const boundary::Plan narrow = boundary::plan_preset("narrow", gc_.cfg);
+  const boundary::Plan narrow = boundary::plan_preset(boundary::PlanPreset::narrow, gc_.cfg);
   std::set<std::string> mutants;
   const PlanRunner record = [&](const boundary::Plan& p, const std::string& mutant) {
     mutants.insert(mutant);
     // The plan mutant capture-host-op captures sparse_mqa: break the run where it is captured.
-    const bool host = p.capture && p.at(0, "sparse_mqa") == boundary::Placement::graph;
+    const bool host = p.capture && p.at(0, Op::sparse_mqa) == boundary::Placement::graph;
     return host ? broken(0) : gc_.expected;
   };
   const BisectReport stack =
       bisect(gc_.cfg, w_, gc_.num_blocks, gc_.steps, narrow, "double-rope", record);
   EXPECT_EQ(mutants, std::set<std::string>{"double-rope"});
-  EXPECT_EQ(stack.verdict, "none");
+  EXPECT_EQ(stack.verdict, BisectVerdict::none);
   mutants.clear();
   const BisectReport plan =
       bisect(gc_.cfg, w_, gc_.num_blocks, gc_.steps, narrow, "capture-host-op", record);
   EXPECT_EQ(mutants, std::set<std::string>{""});
-  EXPECT_EQ(plan.verdict, "boundary") << plan.summary();
+  EXPECT_EQ(plan.verdict, BisectVerdict::boundary) << plan.summary();
   EXPECT_EQ(plan.op, "sparse_mqa");
   EXPECT_EQ(plan.layer, 0);
+}
+
+TEST(BisectVerdicts, PrintAsTheirNames) {
+  EXPECT_EQ(to_string(BisectVerdict::none), "none");
+  EXPECT_EQ(to_string(BisectVerdict::data), "data");
+  EXPECT_EQ(to_string(BisectVerdict::eager_segment), "eager-segment");
+  EXPECT_EQ(to_string(BisectVerdict::boundary), "boundary");
+  EXPECT_EQ(to_string(BisectVerdict::dispatch), "dispatch");
+  EXPECT_TRUE(BisectVerdict::eager_segment == "eager-segment");  // the by-name comparison
 }
 
 }  // namespace

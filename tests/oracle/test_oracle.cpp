@@ -297,5 +297,51 @@ TEST(OracleTp, OProjRanksRoundEachPartialBeforeTheSum) {
   EXPECT_THROW(o3.step(in, bad), ConfigError);
 }
 
+TEST(Vocabulary, TheOpTableIsInOpOrderAndItsNamesParseBack) {
+  for (std::size_t i = 0; i < kNumOps; ++i) {
+    const OpInfo& o = kOpTable[i];
+    EXPECT_EQ(index(o.op), i);
+    EXPECT_EQ(op_name(o.op), o.name);
+    EXPECT_EQ(find_op(o.name), o.op);
+  }
+  EXPECT_EQ(find_op("sparse-mqa"), std::nullopt);
+  // BOUNDARIES.md's H ops and the indexer's F-only ops.
+  for (const Op op : {Op::indexer_topk, Op::sparse_mqa, Op::uv_proj, Op::latent_copy})
+    EXPECT_TRUE(is_host_op(op)) << op_name(op);
+  int host = 0, indexer = 0;
+  for (const OpInfo& o : kOpTable) host += is_host_op(o.op), indexer += is_indexer_op(o.op);
+  EXPECT_EQ(host, 4);
+  EXPECT_EQ(indexer, 3);
+  // An F layer runs 13 ops in either form; an S layer 10.
+  const Config cfg = preset("tiny-fs");
+  EXPECT_EQ(layer_ops(cfg, 0).size(), 13u);
+  EXPECT_EQ(layer_ops(cfg, 1).size(), 10u);
+  EXPECT_EQ(layer_ops(cfg, 0, /*copy_form=*/true).size(), 14u);
+  for (const Op op : layer_ops(cfg, 0)) EXPECT_NE(op, Op::latent_copy);
+}
+
+TEST(Vocabulary, TheStageTableIsInStageOrderWithItsRules) {
+  std::size_t i = 0;
+  for (const StageInfo& s : stage_table()) {
+    EXPECT_EQ(index(s.stage), i++);
+    EXPECT_EQ(stage_name(s.stage), s.name);
+    EXPECT_EQ(find_stage(s.name), s.stage);
+    EXPECT_EQ(stage_op(s.name), op_name(s.op));
+  }
+  EXPECT_EQ(i, kNumStages);
+  EXPECT_EQ(layer_stage_names().size(), kNumLayerStages);
+  EXPECT_EQ(layer_stages().back(), Stage::y);
+  EXPECT_EQ(find_stage("no-such-stage"), std::nullopt);
+  EXPECT_EQ(stage_op("no-such-stage"), "?");
+  EXPECT_EQ(stage_info(Stage::topk).rule, Rule::sets);
+  EXPECT_EQ(stage_info(Stage::qI8).scale, Stage::qI_scale);
+  EXPECT_EQ(stage_info(Stage::omega).scale, Stage::qI_scale);
+  EXPECT_EQ(stage_info(Stage::kI8).scale, Stage::kI_scale);
+  EXPECT_EQ(stage_info(Stage::kI_scale).rule, Rule::scale);
+  EXPECT_EQ(stage_info(Stage::c).rule, Rule::cache);
+  for (const Stage s : {Stage::ql, Stage::qR, Stage::olat, Stage::lse, Stage::o})
+    EXPECT_TRUE(stage_info(s).heads) << stage_name(s);
+}
+
 }  // namespace
 }  // namespace dsv32

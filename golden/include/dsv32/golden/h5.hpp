@@ -18,6 +18,10 @@ namespace dsv32::h5 {
 struct GoldenError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+/// A dataset whose shape is not the one asked for ("FILE:/path: shape [..], expected [..]").
+struct ShapeError : GoldenError {
+  using GoldenError::GoldenError;
+};
 
 /// An owned HDF5 identifier (file, group, dataset, ...), closed with its matching close call.
 class Handle {
@@ -96,6 +100,8 @@ class Group {
 
  private:
   void require_one_value(const Handle& attr, const std::string& name) const;
+  /// The path of member `name` ("/steps/step0/name"; this group's own for "").
+  std::string child_path(const std::string& name) const;
   Handle h_;
   std::string file_, path_;
   std::shared_ptr<Budget> budget_;

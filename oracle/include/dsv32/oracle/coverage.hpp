@@ -4,13 +4,38 @@
 // requirement such as `pruned>=50%` turns a claim about a run into a check.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dsv32/oracle/scenario.hpp"
 
 namespace dsv32 {
+
+/// Coverage's counts as a type, in report order; names are what a requirement names.
+enum class Metric : std::uint8_t {
+  rows,
+  padded,
+  multi_token,
+  over_k,
+  scored,
+  pruned,
+  ties,
+  largest_tie,
+  largest_bin,
+  max_keys,
+  k_edge,
+  reused_blocks,
+};
+inline constexpr std::size_t kNumMetrics = 12;
+/// The metric's name ("multi_token").
+std::string_view metric_name(Metric m);
+/// The metric named `name`, or nullopt (the parse point of metric names).
+std::optional<Metric> find_metric(std::string_view name);
 
 struct Coverage {
   long rows = 0;         // real rows, over the steps
@@ -41,20 +66,28 @@ struct Coverage {
   void add_scores(const std::vector<double>& scores, int K);
   void merge(const Coverage& o);
 
-  /// (name, value) of every metric, in report order; names are what a requirement names.
+  /// The value of metric `m`.
+  long value(Metric m) const;
+  /// (name, value) of every metric, in report order (for reports).
   std::vector<std::pair<std::string, long>> metrics() const;
   /// Whether a metric is a share of a base (padded of all rows, pruned of the scored, ...).
-  static bool has_share(const std::string& metric);
+  static bool has_share(Metric m);
   /// The denominator of a metric's percentage (0 for counts, or when the base is empty).
-  long base_of(const std::string& metric) const;
+  long base_of(Metric m) const;
   /// "coverage: 44 rows (12 padded, 6 multi-token), pruned 30 of 88 scored (34%), ..."
   std::string line() const;
 };
 
+/// A requirement's comparison: >=, >, <=, <, ==.
+enum class Comparison : std::uint8_t { ge, gt, le, lt, eq };
+
 /// `pruned>=50%`, `ties>=1`, `largest_tie>=8`: a metric, a comparison (>=, >, <=, <, ==) and a
 /// count or a percentage of the metric's base.
 struct Requirement {
-  std::string text, metric, op;
+  std::string text;
+  std::string metric;                 // its name, as given
+  std::optional<Metric> of_coverage;  // nullopt: one of the counts a report adds (`more`)
+  Comparison op = Comparison::ge;
   double value = 0;
   bool percent = false;
   /// Parses `text`; throws std::invalid_argument naming the part that is wrong. `more`: counts
