@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.hpp"
 #include "dsv32/golden/files.hpp"
@@ -48,7 +49,8 @@ int run(const BisectOptions& o) {
   // The cases, made once each: the one given, or each mutant's bait.
   std::map<std::string, golden::GoldenCase> cases;
   const auto case_for = [&](const std::string& m) -> const golden::GoldenCase& {
-    const std::string name = baits ? boundary::mutant_bait(m) : o.case_name;
+    const std::string name =
+        baits ? std::string(boundary::mutant_bait(boundary::parse_mutant(m))) : o.case_name;
     auto it = cases.find(name);
     if (it == cases.end())
       it = cases
@@ -67,8 +69,9 @@ int run(const BisectOptions& o) {
   const auto plan_for = [&](const std::string& m) {
     const Config& cfg = case_for(m).cfg;
     const boundary::Plan plan = boundary::plan_preset(o.plan, cfg);
-    if (o.all_mutants && boundary::is_full_graph_mutant(m) && !plan.device_driven)
-      return boundary::plan_preset(boundary::mutant_plan(m), cfg);
+    const std::optional<boundary::Mutant> mutant = boundary::find_mutant(m);
+    if (o.all_mutants && mutant && boundary::is_full_graph_mutant(*mutant) && !plan.device_driven)
+      return boundary::plan_preset(boundary::mutant_plan(*mutant), cfg);
     return plan;
   };
   for (const std::string& m : mutants)  // unknown names and unusable plans fail before any run

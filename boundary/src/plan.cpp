@@ -35,6 +35,12 @@ constexpr std::array<PresetInfo, 7> kPresets{{
     {PlanPreset::full_and_piecewise, "full-and-piecewise", 0},
 }};
 
+/// The op named `name` (a by-name caller's); throws PlanError for a name that is no op.
+Op op_of(std::string_view name) {
+  if (const std::optional<Op> op = find_op(name)) return *op;
+  throw PlanError("unknown op '" + std::string(name) + "'");
+}
+
 /// The dispatch plan over `piece` (named `given` in messages; `narrow`: the default name).
 Plan dispatch_over(const Config& cfg, Plan piece, std::string_view given, bool narrow) {
   if (piece.device_driven)
@@ -66,11 +72,6 @@ bool is_host_op(std::string_view op) {
   return o && is_host_op(*o);
 }
 
-Op op_of(std::string_view name) {
-  if (const std::optional<Op> op = find_op(name)) return *op;
-  throw PlanError("unknown op '" + std::string(name) + "'");
-}
-
 bool uniform_decode(const StepInput& in) {
   if (in.requests.empty()) return false;
   const int q = in.requests.front().q;
@@ -86,12 +87,6 @@ OpList Plan::layer_ops(const Config& cfg, int layer) const {
 
 Placement Plan::at(int layer, Op op) const {
   return capture ? placement.at(layer)[op] : Placement::eager;
-}
-
-std::vector<std::string> Plan::ops(const Config& cfg, int layer) const {
-  std::vector<std::string> out;
-  for (const Op op : layer_ops(cfg, layer)) out.push_back(op_name(op));
-  return out;
 }
 
 Placement Plan::at(int layer, const std::string& op) const {

@@ -44,18 +44,13 @@ class LayerPlacement {
   std::array<Entry, kNumOps> entries_{};
 };
 
-/// The ops of one layer, in order (BOUNDARIES.md section 1); F-only ops are skipped on S layers,
-/// and a plan runs either `uv_proj` (no-copy form) or `latent_copy` + `uv_proj_static`.
-/// The op type and its table are the oracle's (dsv32/oracle/ops.hpp).
-using Op = dsv32::Op;
-using dsv32::is_host_op;
-using dsv32::op_name;
-/// op_names()[i] is op_name(Op(i)). gpu/ still calls this; use kOpTable.
+// The ops are the oracle's (Op, kOpTable: dsv32/oracle/ops.hpp); F-only ops are skipped on S
+// layers, and a plan runs either `uv_proj` (no-copy form) or `latent_copy` + `uv_proj_static`.
+
+/// The names of kOpTable, in order. tests/gpu still calls this; use kOpTable.
 const std::vector<std::string>& op_names();
-/// Class H ops by name. gpu/ still calls this (tools/bench_gpu_ops.cpp); use is_host_op(Op).
+/// Class H ops by name. tools/bench_gpu_ops.cpp still calls this; use dsv32::is_host_op(Op).
 bool is_host_op(std::string_view op);
-/// The op named `name`; throws PlanError for a name that is no op.
-Op op_of(std::string_view name);
 
 /// The most new tokens a request of a uniform decode step brings: a token and up to seven
 /// drafts (vLLM captures its uniform batches at 1 + num_speculative_tokens; a longer run of one
@@ -88,9 +83,7 @@ struct Plan {
   OpList layer_ops(const Config& cfg, int layer) const;
   /// Where `op` of `layer` runs: eager for a plan without capture, else its placement.
   Placement at(int layer, Op op) const;
-  /// layer_ops by name. gpu/ still calls this; use layer_ops.
-  std::vector<std::string> ops(const Config& cfg, int layer) const;
-  /// at() by name (throws PlanError for a name that is no op). gpu/ still calls this.
+  /// at() by name (throws PlanError for a name that is no op). tests/gpu still calls this.
   Placement at(int layer, const std::string& op) const;
   /// What the plan records, whatever its name: the capture and copy-form switches and each
   /// layer's placement of every op ("G"/"E" in the op table's order). Two plans with one signature
