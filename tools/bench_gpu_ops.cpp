@@ -31,7 +31,7 @@ namespace dsv32::tools {
 #if DSV32_HAVE_CUDA
 /// Bytes an op must move at least (weights once, activations in and out, the cache entries it
 /// reads), in bf16 storage: the numerator of its bandwidth floor.
-double op_bytes(const Config& c, const std::string& op, const StepInput& in) {
+double op_bytes(const Config& c, Op op, const StepInput& in) {
   const double T = in.capture_size, D = c.hidden_size, H = c.num_heads, Rq = c.q_lora_rank,
                L = c.kv_lora_rank, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim,
                dv = c.v_head_dim, HI = c.index_n_heads, dI = c.index_head_dim, K = c.index_topk,
@@ -42,34 +42,51 @@ double op_bytes(const Config& c, const std::string& op, const StepInput& in) {
     selected += std::min<double>(r.seq_len(), r.q * K);
   }
   double elems = 0, bytes = 0;
-  if (op == "input_norm")
-    elems = 2 * T * D + D;
-  else if (op == "qkv_a_proj")
-    elems = A * D + T * (D + A);
-  else if (op == "indexer_wk_proj")
-    elems = (dI + HI) * D + T * (D + dI + HI);
-  else if (op == "norm_rope_cache")
-    elems = T * (A + Rq + L + dr + 2 * dI + HI), bytes = T * dI;
-  else if (op == "q_b_proj")
-    elems = H * dq * Rq + T * (Rq + H * dq);
-  else if (op == "uk_absorb")
-    elems = H * dn * L + T * H * (dq + L);
-  else if (op == "indexer_wq_b")
-    elems = HI * dI * Rq + T * (Rq + HI * dI);
-  else if (op == "fused_q")
-    elems = T * H * (dq + dr) + T * HI * dI, bytes = T * HI * (dI + 8);
-  else if (op == "indexer_topk")
-    bytes = keys * (dI + 4) + T * HI * (dI + 4) + T * K * 4;
-  else if (op == "sparse_mqa")
-    elems = selected * (L + dr) + T * H * (2 * L + dr);
-  else if (op == "uv_proj" || op == "uv_proj_static")
-    elems = H * dv * L + T * H * (L + dv);
-  else if (op == "latent_copy")
-    elems = 2 * T * H * L;
-  else if (op == "o_proj")
-    elems = D * H * dv + T * (H * dv + D);
-  else if (op == "residual_add")
-    elems = 3 * T * D;
+  switch (op) {
+    case Op::input_norm:
+      elems = 2 * T * D + D;
+      break;
+    case Op::qkv_a_proj:
+      elems = A * D + T * (D + A);
+      break;
+    case Op::indexer_wk_proj:
+      elems = (dI + HI) * D + T * (D + dI + HI);
+      break;
+    case Op::norm_rope_cache:
+      elems = T * (A + Rq + L + dr + 2 * dI + HI), bytes = T * dI;
+      break;
+    case Op::q_b_proj:
+      elems = H * dq * Rq + T * (Rq + H * dq);
+      break;
+    case Op::uk_absorb:
+      elems = H * dn * L + T * H * (dq + L);
+      break;
+    case Op::indexer_wq_b:
+      elems = HI * dI * Rq + T * (Rq + HI * dI);
+      break;
+    case Op::fused_q:
+      elems = T * H * (dq + dr) + T * HI * dI, bytes = T * HI * (dI + 8);
+      break;
+    case Op::indexer_topk:
+      bytes = keys * (dI + 4) + T * HI * (dI + 4) + T * K * 4;
+      break;
+    case Op::sparse_mqa:
+      elems = selected * (L + dr) + T * H * (2 * L + dr);
+      break;
+    case Op::uv_proj:
+    case Op::uv_proj_static:
+      elems = H * dv * L + T * H * (L + dv);
+      break;
+    case Op::latent_copy:
+      elems = 2 * T * H * L;
+      break;
+    case Op::o_proj:
+      elems = D * H * dv + T * (H * dv + D);
+      break;
+    case Op::residual_add:
+      elems = 3 * T * D;
+      break;
+  }
   return 2 * elems + bytes;
 }
 
@@ -97,12 +114,12 @@ int run_per_op(const BenchGpuOptions& o) {
   for (const std::string& name : o.per_op_presets) {
     const Config cfg = one_f_layer(name);
     const Weights w = Weights::generate(cfg, 1);
-    std::vector<std::string> ops;
-    std::map<int, std::vector<std::pair<std::string, double>>> times;
-    std::map<int, std::map<std::string, double>> floors;
+    std::vector<Op> ops;
+    std::map<int, std::vector<std::pair<Op, double>>> times;
+    std::map<int, std::map<Op, double>> floors;
     std::map<int, double> layer_ms, narrow_ms, full_ms;
     // The device-driven variants of the H ops (`full`'s), decode batches only.
-    std::map<int, std::map<std::string, double>> device_ms;
+    std::map<int, std::map<Op, double>> device_ms;
     for (int T : o.per_op_tokens) {
       // Decode batches up to 64 requests; larger T: one prefill chunk at the same context.
       const bool decode = T <= 64;
@@ -113,13 +130,16 @@ int run_per_op(const BenchGpuOptions& o) {
       gpu::Stack stack(cfg, w, blocks, T, 0, nullptr, stack_options(o));
       stack.lab().synthesize_context(in);
       times[T] = stack.lab().time_ops(in, o.repeats, !o.per_op_eager);
-      layer_ms[T] = stack.lab().time_step(boundary::plan_preset("eager", cfg), in, o.repeats);
+      layer_ms[T] = stack.lab().time_step(boundary::plan_preset(boundary::PlanPreset::eager, cfg),
+                                          in, o.repeats);
       // The layer as vLLM runs it: captured, the narrow boundary's ops eager between segments.
-      narrow_ms[T] = stack.lab().time_step(boundary::plan_preset("narrow", cfg), in, o.repeats);
+      narrow_ms[T] = stack.lab().time_step(boundary::plan_preset(boundary::PlanPreset::narrow, cfg),
+                                           in, o.repeats);
       if (decode) {  // full: one graph, the H ops device-driven
-        full_ms[T] = stack.lab().time_step(boundary::plan_preset("full", cfg), in, o.repeats);
+        full_ms[T] = stack.lab().time_step(boundary::plan_preset(boundary::PlanPreset::full, cfg),
+                                           in, o.repeats);
         for (const auto& [op, ms] : stack.lab().time_ops(in, o.repeats, !o.per_op_eager, true))
-          if (boundary::is_host_op(op) && op != "latent_copy") device_ms[T][op] = ms;
+          if (is_host_op(op) && op != Op::latent_copy) device_ms[T][op] = ms;
       }
       for (const auto& [op, ms] : times[T]) {
         floors[T][op] = op_bytes(cfg, op, in) / (gbs * 1e9) * 1e3;
@@ -137,20 +157,22 @@ int run_per_op(const BenchGpuOptions& o) {
     const auto cell = [](double ms, double floor) {
       return fmt::format("{:9.1f} ({:7.1f}x)", ms * 1e3, ms / floor);
     };
-    for (const std::string& op : ops) {
-      fmt::print("{:<16}", op);
+    for (const Op op : ops) {
+      const std::string& name = op_name(op);
+      fmt::print("{:<16}", name);
       for (int T : o.per_op_tokens) {
         double ms = 0;
         for (const auto& [n, v] : times[T])
           if (n == op) ms = v;
         fmt::print(" {:>20}", cell(ms, floors[T][op]));
-        pj["ops"][op][std::to_string(T)] = {{"ms", ms}, {"floor_ms", floors[T][op]}};
+        pj["ops"][name][std::to_string(T)] = {{"ms", ms}, {"floor_ms", floors[T][op]}};
       }
       fmt::print("\n");
     }
     // The device-driven H ops (decode batches): the same kernels over the capture size's rows.
-    for (const std::string op : {"indexer_topk", "sparse_mqa", "uv_proj"}) {
-      fmt::print("{:<16}", op + "*");
+    for (const Op op : {Op::indexer_topk, Op::sparse_mqa, Op::uv_proj}) {
+      const std::string& name = op_name(op);
+      fmt::print("{:<16}", name + "*");
       for (int T : o.per_op_tokens) {
         const auto it = device_ms[T].find(op);
         if (it == device_ms[T].end()) {
@@ -158,7 +180,8 @@ int run_per_op(const BenchGpuOptions& o) {
           continue;
         }
         fmt::print(" {:>20}", cell(it->second, floors[T][op]));
-        pj["device_ops"][op][std::to_string(T)] = {{"ms", it->second}, {"floor_ms", floors[T][op]}};
+        pj["device_ops"][name][std::to_string(T)] = {{"ms", it->second},
+                                                     {"floor_ms", floors[T][op]}};
       }
       fmt::print("\n");
     }
@@ -170,7 +193,7 @@ int run_per_op(const BenchGpuOptions& o) {
       for (int T : o.per_op_tokens) {
         double floor = 0;  // the eager plan's ops: no copy form
         for (const auto& [op, f] : floors[T])
-          if (op != "latent_copy" && op != "uv_proj_static") floor += f;
+          if (in_form(op, false)) floor += f;
         const auto it = ms_of->find(T);
         if (it == ms_of->end()) {
           fmt::print(" {:>20}", "-");
@@ -203,8 +226,8 @@ int run_ablate(const BenchGpuOptions& o) {
                      {"context", o.context},
                      {"repeats", o.repeats},
                      {"options", options_json(o)}};
-  const boundary::Plan eager = boundary::plan_preset("eager", cfg),
-                       narrow = boundary::plan_preset("narrow", cfg);
+  const boundary::Plan eager = boundary::plan_preset(boundary::PlanPreset::eager, cfg),
+                       narrow = boundary::plan_preset(boundary::PlanPreset::narrow, cfg);
   for (int T : o.decode) {
     const int blocks = T * ((o.context + 1 + cfg.block_size - 1) / cfg.block_size);
     const StepInput in = decode_step(cfg, T, o.context, blocks);

@@ -35,12 +35,6 @@ constexpr std::array<PresetInfo, 7> kPresets{{
     {PlanPreset::full_and_piecewise, "full-and-piecewise", 0},
 }};
 
-/// The op named `name` (a by-name caller's); throws PlanError for a name that is no op.
-Op op_of(std::string_view name) {
-  if (const std::optional<Op> op = find_op(name)) return *op;
-  throw PlanError("unknown op '" + std::string(name) + "'");
-}
-
 /// The dispatch plan over `piece` (named `given` in messages; `narrow`: the default name).
 Plan dispatch_over(const Config& cfg, Plan piece, std::string_view given, bool narrow) {
   if (piece.device_driven)
@@ -53,24 +47,6 @@ Plan dispatch_over(const Config& cfg, Plan piece, std::string_view given, bool n
 }
 
 }  // namespace
-
-Placement& LayerPlacement::operator[](std::string_view op) {
-  return (*this)[op_of(op)];
-}
-
-const std::vector<std::string>& op_names() {
-  static const std::vector<std::string> ops = [] {
-    std::vector<std::string> n;
-    for (const OpInfo& o : kOpTable) n.emplace_back(o.name);
-    return n;
-  }();
-  return ops;
-}
-
-bool is_host_op(std::string_view op) {
-  const std::optional<Op> o = find_op(op);
-  return o && is_host_op(*o);
-}
 
 bool uniform_decode(const StepInput& in) {
   if (in.requests.empty()) return false;
@@ -87,10 +63,6 @@ OpList Plan::layer_ops(const Config& cfg, int layer) const {
 
 Placement Plan::at(int layer, Op op) const {
   return capture ? placement.at(layer)[op] : Placement::eager;
-}
-
-Placement Plan::at(int layer, const std::string& op) const {
-  return at(layer, op_of(op));
 }
 
 std::string Plan::signature() const {

@@ -1,6 +1,7 @@
 #include "dsv32/gpu/plan_check.hpp"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -19,20 +20,22 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
                                            const std::string& mutant) {
   if (tp > 1 && !mutant.empty())
     throw boundary::PlanError("check_plans_bitwise: mutants are switched on at tp 1 only");
+  // The mutant's name parsed once (throws PlanError for a name that is none).
+  const std::optional<boundary::Mutant> parsed =
+      mutant.empty() ? std::nullopt : std::optional(boundary::parse_mutant(mutant));
   std::vector<PlanCheck> out;
   for (const std::string& name : plans) {
     boundary::Plan plan = boundary::plan_preset(name, cfg);
     if (!plan.capture) continue;  // `eager`, the baseline itself
     PlanCheck c;
     c.plan = name;
-    const bool plan_mutant = boundary::is_plan_mutant(mutant);
-    if (plan_mutant) plan = boundary::mutate_plan(plan, mutant);
+    if (parsed && boundary::is_plan_mutant(*parsed)) plan = boundary::mutate_plan(plan, *parsed);
     std::vector<StepTrace> got;
     if (tp > 1) {
       got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);
     } else {
       Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
-      stack.lab().set_mutant(boundary::stack_switch(mutant));
+      if (parsed && !boundary::is_plan_mutant(*parsed)) stack.lab().set_mutant(mutant);
       if (plan.capture && !steps.empty())
         c.structure = stack.capture(plan, steps.front().capture_size).structure;
       for (const StepInput& in : steps) got.push_back(stack.run(plan, in));

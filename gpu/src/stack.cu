@@ -39,7 +39,7 @@ Stack::~Stack() {
 
 StepTrace Stack::step(const StepInput& in) {
   const detail::DeviceGuard on(impl_->device);
-  return impl_->run(boundary::plan_preset("eager", impl_->cfg), in, false);
+  return impl_->run(boundary::plan_preset(boundary::PlanPreset::eager, impl_->cfg), in, false);
 }
 
 CaptureInfo Stack::capture(const boundary::Plan& plan, int T, bool allow_host_capture) {

@@ -47,8 +47,8 @@ double StackLab::last_host_ms() const {
   return impl_.last_host_ms();
 }
 
-std::vector<std::pair<std::string, double>> StackLab::time_ops(const StepInput& in, int repeats,
-                                                               bool graph, bool device_driven) {
+std::vector<std::pair<Op, double>> StackLab::time_ops(const StepInput& in, int repeats, bool graph,
+                                                      bool device_driven) {
   const detail::DeviceGuard on(impl_.device);
   return impl_.time_ops(in, repeats, graph, device_driven);
 }

@@ -37,10 +37,6 @@ std::ostream& operator<<(std::ostream& os, BisectVerdict v) {
   return os << to_string(v);
 }
 
-bool operator==(BisectVerdict v, std::string_view name) {
-  return to_string(v) == name;
-}
-
 std::string BisectReport::summary() const {
   switch (verdict) {
     case BisectVerdict::none:

@@ -22,7 +22,7 @@ namespace {
 struct Expect {
   std::string mutant;
   std::string plan;
-  std::string verdict;
+  BisectVerdict verdict;
   std::vector<std::string> ops;  // the op named must be one of these (data bugs: the op of
                                  // the first failing stage)
 };
@@ -32,36 +32,37 @@ void PrintTo(const Expect& e, std::ostream* os) {
 }
 
 const std::vector<Expect>& expectations() {
+  using V = BisectVerdict;
   static const std::vector<Expect> e{
-      {"fresh-output", "narrow", "boundary", {"o_proj"}},
-      {"capture-host-op", "narrow", "boundary", {"sparse_mqa"}},
-      {"baked-short-prefill", "narrow", "eager-segment", {"indexer_topk"}},
-      {"uv-captured-nocopy", "narrow", "boundary", {"uv_proj"}},
-      {"shared-layer-clears", "narrow", "data", {"indexer_topk"}},
-      {"no-topk-clear", "narrow", "data", {"indexer_topk"}},
-      {"double-rope", "narrow", "data", {"fused_q"}},
+      {"fresh-output", "narrow", V::boundary, {"o_proj"}},
+      {"capture-host-op", "narrow", V::boundary, {"sparse_mqa"}},
+      {"baked-short-prefill", "narrow", V::eager_segment, {"indexer_topk"}},
+      {"uv-captured-nocopy", "narrow", V::boundary, {"uv_proj"}},
+      {"shared-layer-clears", "narrow", V::data, {"indexer_topk"}},
+      {"no-topk-clear", "narrow", V::data, {"indexer_topk"}},
+      {"double-rope", "narrow", V::data, {"fused_q"}},
       // Slot 0 holds a real token's key and latent: which read of it fails first depends
       // on a race in the first step (the real token and a padded row write it together).
-      {"padded-cache-write", "narrow", "data", {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
-      {"stale-positions", "narrow", "boundary", {"norm_rope_cache"}},
-      {"unjoined-stream", "narrow", "eager-segment", {"uv_proj"}},
+      {"padded-cache-write", "narrow", V::data, {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
+      {"stale-positions", "narrow", V::boundary, {"norm_rope_cache"}},
+      {"unjoined-stream", "narrow", V::eager_segment, {"uv_proj"}},
       // The full graphs' mutants, under the dispatch mode (BOUNDARIES.md's catalogue, extended
       // in docs/GPU.md): a mixed step served by the full graph is named as such; the graph
       // reading the capture's device metadata or short-prefill flag by the first op that reads
       // them, layer 0's indexer_topk.
-      {"full-for-mixed", "full-and-piecewise", "dispatch", {""}},
-      {"stale-full-metadata", "full-and-piecewise", "boundary", {"indexer_topk"}},
-      {"stale-short-prefill", "full-and-piecewise", "boundary", {"indexer_topk"}},
+      {"full-for-mixed", "full-and-piecewise", V::dispatch, {""}},
+      {"stale-full-metadata", "full-and-piecewise", V::boundary, {"indexer_topk"}},
+      {"stale-short-prefill", "full-and-piecewise", V::boundary, {"indexer_topk"}},
       // Issue 41's classes, each on its family's case (boundary::mutant_bait). A verify batch
       // strided wrongly is the device-driven ops' own fault: wrong with every op eager too.
-      {"verify-stride", "full-and-piecewise", "eager-segment", {"indexer_topk"}},
-      {"topk-bin-overflow", "narrow", "data", {"indexer_topk"}},
-      {"topk-edge", "narrow", "data", {"indexer_topk"}},
+      {"verify-stride", "full-and-piecewise", V::eager_segment, {"indexer_topk"}},
+      {"topk-bin-overflow", "narrow", V::data, {"indexer_topk"}},
+      {"topk-edge", "narrow", V::data, {"indexer_topk"}},
       // The write that was skipped: the reused block's row of `c` holds nothing of the step's.
-      {"reused-block-skip", "narrow", "data", {"norm_rope_cache"}},
+      {"reused-block-skip", "narrow", V::data, {"norm_rope_cache"}},
       // Run on far blocks: each write lands at a wrapped offset (or is skipped), the reads
       // follow the block table to the right one.
-      {"int32-offset", "narrow", "data", {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
+      {"int32-offset", "narrow", V::data, {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
   };
   return e;
 }
@@ -120,7 +121,7 @@ TEST_P(MutantCaught, TheSuiteFailsAndBisectNamesTheOp) {
   EXPECT_EQ(r.verdict, e.verdict) << r.summary() << "\n" << r.detail;
   EXPECT_NE(std::find(e.ops.begin(), e.ops.end(), r.op), e.ops.end()) << r.summary() << "\n"
                                                                       << r.detail;
-  if (e.verdict == "boundary") {
+  if (e.verdict == BisectVerdict::boundary) {
     EXPECT_EQ(r.layer, 0) << r.summary();
   }
 }
@@ -138,7 +139,7 @@ TEST(Mutants, BisectFindsNothingWithoutAMutant) {
   const gpu::BisectReport r =
       gpu::bisect(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps,
                   boundary::plan_preset("narrow", gc.cfg));
-  EXPECT_EQ(r.verdict, "none") << r.summary() << "\n" << r.detail;
+  EXPECT_EQ(r.verdict, BisectVerdict::none) << r.summary() << "\n" << r.detail;
 }
 
 TEST(Mutants, UnknownNamesAreRejected) {
@@ -148,7 +149,7 @@ TEST(Mutants, UnknownNamesAreRejected) {
   EXPECT_THROW(boundary::mutate_plan(boundary::plan_preset("eager", cfg), "capture-host-op"),
                boundary::PlanError);
   EXPECT_EQ(boundary::mutate_plan(boundary::plan_preset("narrow", cfg), "capture-host-op")
-                .at(0, "sparse_mqa"),
+                .at(0, Op::sparse_mqa),
             boundary::Placement::graph);
 }
 

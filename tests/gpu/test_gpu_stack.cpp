@@ -126,9 +126,7 @@ TEST(GpuAblation, ALaunchLeftOutChangesTheStepAndComesBack) {
   ASSERT_FALSE(labels.empty());
   for (const std::string& l : labels) {
     const std::string op = l.substr(0, l.find(':'));
-    EXPECT_NE(std::find(boundary::op_names().begin(), boundary::op_names().end(), op),
-              boundary::op_names().end())
-        << "label " << l << " names no op";
+    EXPECT_TRUE(find_op(op).has_value()) << "label " << l << " names no op";
     EXPECT_GT(l.size(), op.size() + 1) << "label " << l << " names no kernel";
   }
   for (const char* want : {"input_norm:rmsnorm", "residual_add:residual_add"})
@@ -173,7 +171,7 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
       plans.push_back(boundary::plan_preset(plan, gc.cfg));
     boundary::Plan qb_eager = boundary::plan_preset("narrow", gc.cfg);
     qb_eager.name = "narrow with q_b_proj eager";
-    for (auto& layer : qb_eager.placement) layer["q_b_proj"] = boundary::Placement::eager;
+    for (auto& layer : qb_eager.placement) layer[Op::q_b_proj] = boundary::Placement::eager;
     plans.push_back(qb_eager);
     boundary::Plan all = boundary::plan_preset("breakable-eager", gc.cfg);
     all.name = "every op captured";
@@ -211,8 +209,8 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
         bool leads = !q.capture;
         for (int l = 0; l < gc.cfg.num_layers; ++l) {
           bool stretch = gc.cfg.is_full_layer(l);
-          for (const char* op : {"norm_rope_cache", "q_b_proj", "uk_absorb", "indexer_wq_b",
-                                 "fused_q", "indexer_topk"})
+          for (const Op op : {Op::norm_rope_cache, Op::q_b_proj, Op::uk_absorb, Op::indexer_wq_b,
+                              Op::fused_q, Op::indexer_topk})
             stretch = stretch && q.at(l, op) == boundary::Placement::graph;
           leads = leads || stretch;
         }
@@ -222,7 +220,7 @@ TEST(GpuOverlap, OneStreamAndTwoGiveTheSameBits) {
         bool forks = !q.capture;
         for (int l = 0; l < gc.cfg.num_layers; ++l)
           forks = forks || (gc.cfg.is_full_layer(l) &&
-                            q.at(l, "indexer_wq_b") == boundary::Placement::graph);
+                            q.at(l, Op::indexer_wq_b) == boundary::Placement::graph);
         return forks;
       };
       bool leads = false, forks = false;

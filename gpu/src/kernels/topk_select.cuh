@@ -14,8 +14,8 @@ namespace dsv32::gpu::k {
 /// row of K + 1 keys for a short one, 0 .. K - 1 (topk-edge).
 enum class TopkFault { none, bin_overflow, edge };
 
-/// The path each row took, counted on the device (StackReport::kernel_paths); what each means and its
-/// name: gpu::kTopkRowPathNames (dsv32/gpu/stack.hpp), in this order.
+/// The path each row took, counted on the device (StackReport::kernel_paths); what each means and
+/// its name: gpu::kTopkRowPathNames (dsv32/gpu/stack.hpp), in this order.
 enum TopkRowPath { kTopkWithinK, kTopkShortBins, kTopkBinRanked, kTopkCrowdedBin, kTopkRadixRow };
 constexpr int kTopkRowPaths = 5;
 

@@ -48,8 +48,8 @@ struct Stack::Impl {
   virtual void synthesize_context(const StepInput& in) = 0;
   virtual double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) = 0;
   virtual double last_host_ms() const = 0;
-  virtual std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
-                                                               bool graph, bool device_driven) = 0;
+  virtual std::vector<std::pair<Op, double>> time_ops(const StepInput& in, int repeats, bool graph,
+                                                      bool device_driven) = 0;
   virtual std::vector<double> residual(int T) = 0;
   Config cfg;
   StackOptions options;
@@ -136,8 +136,8 @@ class StackImpl final : public Stack::Impl {
   void set_host_costs(double eager_op_us, double graph_launch_us) override;
   double time_step(const boundary::Plan& plan, const StepInput& in, int repeats) override;
   double last_host_ms() const override { return host_step_ms_; }
-  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats, bool graph,
-                                                       bool device_driven) override;
+  std::vector<std::pair<Op, double>> time_ops(const StepInput& in, int repeats, bool graph,
+                                              bool device_driven) override;
   void skip_launch(const std::string& label) override;
   std::vector<std::string> launch_labels(const StepInput& in) override;
 

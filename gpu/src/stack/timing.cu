@@ -173,17 +173,17 @@ double StackImpl<S>::time_step(const boundary::Plan& plan, const StepInput& in, 
 }
 
 template <class S>
-std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInput& in, int repeats,
-                                                                   bool graph, bool device_driven) {
+std::vector<std::pair<Op, double>> StackImpl<S>::time_ops(const StepInput& in, int repeats,
+                                                          bool graph, bool device_driven) {
   if (device_driven && !boundary::uniform_decode(in))
     throw boundary::PlanError("time_ops: the device-driven variants serve uniform decode steps");
-  const boundary::Plan eager = boundary::plan_preset("eager", cfg);
+  const boundary::Plan eager = boundary::plan_preset(boundary::PlanPreset::eager, cfg);
   step(eager, in, false);
   upload_step(in);
   const OpList layer = eager.layer_ops(cfg, 0);
   std::vector<Op> ops(layer.begin(), layer.end());
   ops.insert(ops.end() - 2, {Op::latent_copy, Op::uv_proj_static});
-  std::vector<std::pair<std::string, double>> out;
+  std::vector<std::pair<Op, double>> out;
   for (const Op op : ops) {
     const std::string& name = op_name(op);
     // Each op alone (no lead: indexer_wq_b is timed as its own op), eagerly or recorded.
@@ -198,7 +198,7 @@ std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInp
     run_repeats(1);  // warm-up
     if (!graph) {
       const double ms = median_ms(("time op " + name).c_str(), [&] { run_repeats(repeats); }).gpu;
-      out.emplace_back(name, ms / repeats);
+      out.emplace_back(op, ms / repeats);
       continue;
     }
     // The repeats captured as one graph and replayed: the GPU's time, not the host's launches
@@ -217,7 +217,7 @@ std::vector<std::pair<std::string, double>> StackImpl<S>::time_ops(const StepInp
     }
     g.replay();  // warm-up
     const double ms = median_ms(what.c_str(), [&] { g.replay(); }).gpu;
-    out.emplace_back(name, ms / repeats);
+    out.emplace_back(op, ms / repeats);
   }
   return out;
 }
@@ -239,7 +239,7 @@ template <class S>
 std::vector<std::string> StackImpl<S>::launch_labels(const StepInput& in) {
   ablation_.start_recording();
   try {
-    run(boundary::plan_preset("eager", cfg), in, false);
+    run(boundary::plan_preset(boundary::PlanPreset::eager, cfg), in, false);
   } catch (...) {
     ablation_.stop_recording();
     throw;

@@ -33,8 +33,6 @@ class LayerPlacement {
   }
   constexpr Placement& operator[](Op op) { return entries_[index(op)].where; }
   constexpr Placement operator[](Op op) const { return entries_[index(op)].where; }
-  /// By name; throws PlanError for a name that is no op. tests/gpu still calls this.
-  Placement& operator[](std::string_view op);
   constexpr auto begin() { return entries_.begin(); }
   constexpr auto end() { return entries_.end(); }
   constexpr auto begin() const { return entries_.begin(); }
@@ -46,11 +44,6 @@ class LayerPlacement {
 
 // The ops are the oracle's (Op, kOpTable: dsv32/oracle/ops.hpp); F-only ops are skipped on S
 // layers, and a plan runs either `uv_proj` (no-copy form) or `latent_copy` + `uv_proj_static`.
-
-/// The names of kOpTable, in order. tests/gpu still calls this; use kOpTable.
-const std::vector<std::string>& op_names();
-/// Class H ops by name. tools/bench_gpu_ops.cpp still calls this; use dsv32::is_host_op(Op).
-bool is_host_op(std::string_view op);
 
 /// The most new tokens a request of a uniform decode step brings: a token and up to seven
 /// drafts (vLLM captures its uniform batches at 1 + num_speculative_tokens; a longer run of one
@@ -83,8 +76,6 @@ struct Plan {
   OpList layer_ops(const Config& cfg, int layer) const;
   /// Where `op` of `layer` runs: eager for a plan without capture, else its placement.
   Placement at(int layer, Op op) const;
-  /// at() by name (throws PlanError for a name that is no op). tests/gpu still calls this.
-  Placement at(int layer, const std::string& op) const;
   /// What the plan records, whatever its name: the capture and copy-form switches and each
   /// layer's placement of every op ("G"/"E" in the op table's order). Two plans with one signature
   /// capture the same graphs; a stack keys its captures by (signature, capture size), so a

@@ -54,9 +54,8 @@ class StackLab {
   /// CUDA graph and replayed (the GPU's time; eagerly, an op of short kernels and cuBLAS calls
   /// can be bound by the host's launches). `device_driven`: the H ops' device-driven variants
   /// (`full`'s; the step must then be a uniform decode).
-  std::vector<std::pair<std::string, double>> time_ops(const StepInput& in, int repeats,
-                                                       bool graph = true,
-                                                       bool device_driven = false);
+  std::vector<std::pair<Op, double>> time_ops(const StepInput& in, int repeats, bool graph = true,
+                                              bool device_driven = false);
   /// Rows [0, T) of the residual stream as it is on the device now (tests of the capture).
   std::vector<double> residual(int T);
 

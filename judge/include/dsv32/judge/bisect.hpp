@@ -37,8 +37,6 @@ enum class BisectVerdict : std::uint8_t {
 };
 std::string_view to_string(BisectVerdict v);
 std::ostream& operator<<(std::ostream& os, BisectVerdict v);
-/// A verdict against its printed name. tests/gpu still compares verdicts with strings.
-bool operator==(BisectVerdict v, std::string_view name);
 
 struct BisectReport {
   BisectVerdict verdict = BisectVerdict::none;
