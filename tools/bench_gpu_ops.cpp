@@ -158,21 +158,21 @@ int run_per_op(const BenchGpuOptions& o) {
       return fmt::format("{:9.1f} ({:7.1f}x)", ms * 1e3, ms / floor);
     };
     for (const Op op : ops) {
-      const std::string& name = op_name(op);
-      fmt::print("{:<16}", name);
+      const std::string& label = op_name(op);
+      fmt::print("{:<16}", label);
       for (int T : o.per_op_tokens) {
         double ms = 0;
         for (const auto& [n, v] : times[T])
           if (n == op) ms = v;
         fmt::print(" {:>20}", cell(ms, floors[T][op]));
-        pj["ops"][name][std::to_string(T)] = {{"ms", ms}, {"floor_ms", floors[T][op]}};
+        pj["ops"][label][std::to_string(T)] = {{"ms", ms}, {"floor_ms", floors[T][op]}};
       }
       fmt::print("\n");
     }
     // The device-driven H ops (decode batches): the same kernels over the capture size's rows.
     for (const Op op : {Op::indexer_topk, Op::sparse_mqa, Op::uv_proj}) {
-      const std::string& name = op_name(op);
-      fmt::print("{:<16}", name + "*");
+      const std::string& label = op_name(op);
+      fmt::print("{:<16}", label + "*");
       for (int T : o.per_op_tokens) {
         const auto it = device_ms[T].find(op);
         if (it == device_ms[T].end()) {
@@ -180,7 +180,7 @@ int run_per_op(const BenchGpuOptions& o) {
           continue;
         }
         fmt::print(" {:>20}", cell(it->second, floors[T][op]));
-        pj["device_ops"][name][std::to_string(T)] = {{"ms", it->second},
+        pj["device_ops"][label][std::to_string(T)] = {{"ms", it->second},
                                                      {"floor_ms", floors[T][op]}};
       }
       fmt::print("\n");
