@@ -181,7 +181,7 @@ int run_per_op(const BenchGpuOptions& o) {
         }
         fmt::print(" {:>20}", cell(it->second, floors[T][op]));
         pj["device_ops"][label][std::to_string(T)] = {{"ms", it->second},
-                                                     {"floor_ms", floors[T][op]}};
+                                                      {"floor_ms", floors[T][op]}};
       }
       fmt::print("\n");
     }
