@@ -23,10 +23,12 @@ CaseEstimate estimate(const CaseSpec& spec) {
   // Weights in double, twice (the case and each oracle's shared copy), and two oracles' caches.
   e.bytes = 8.0 * c.num_layers * (2 * weights + 2 * slots * (L + dr + dI + 1));
   std::map<int, double> ctx;
-  double flops = 0, trace = 0;
+  double flops = 0, trace = 0, given = 0;
   for (const StepPlan& p : spec.steps) {
     double tokens = 0;
     for (const StepRequest& r : p.requests) {
+      ctx[r.id] += r.given_prefix;  // drawn, not computed: held (and written), no arithmetic
+      given += r.given_prefix;
       for (int i = 0; i < r.q; ++i) {
         const double pos = ctx[r.id] + i + 1;
         flops += 2 * (HI * dI * pos + H * std::min(pos, K) * (2 * L + dr));
@@ -42,6 +44,8 @@ CaseEstimate estimate(const CaseSpec& spec) {
   // the doubles) while the reader checks it: one 16384-token step of `tiny` measured 0.74 GiB
   // resident (GNU time), estimated 0.44 GiB without this term and 0.75 GiB with it.
   e.bytes += traces + 0.75 * traces;
+  // A given prefix held as doubles, and its file image (at most a quarter of that).
+  e.bytes += 1.25 * 8.0 * c.num_layers * given * (L + L / 128 + dr + dI + 1);
   // Two oracles at about 20 GFLOP/s, and about 90 ns a weight to draw it, keep it in both
   // precisions and write it (measured on this machine kind at dsv32 sizes).
   e.seconds = 2.0 * c.num_layers * flops / 20e9 + 9e-8 * c.num_layers * weights;

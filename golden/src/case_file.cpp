@@ -376,7 +376,7 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
     std::set<int> seen;
     for (std::size_t r = 0; r < reqs.v.size(); ++r) {
       const At rq = reqs[r];
-      rq.object({"id", "new_tokens", "hidden"});
+      rq.object({"id", "new_tokens", "hidden", "given_prefix"});
       rq.require("id");
       rq.require("new_tokens");
       const int id = static_cast<int>(rq["id"].integer(0, 1 << 30));
@@ -391,9 +391,16 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
         rq["id"].fail("request " + std::to_string(id) + " twice in one step");
       if (finished.count(id))
         rq["id"].fail("request " + std::to_string(id) + " finished in an earlier step");
-      live[id] += q;
+      int given = 0;
+      if (rq.has("given_prefix")) {
+        if (live.count(id))
+          rq["given_prefix"].fail("request " + std::to_string(id) +
+                                  " is already running: a given prefix only at its first step");
+        given = static_cast<int>(rq["given_prefix"].integer(1, lim.max_given_prefix));
+      }
+      live[id] += static_cast<long long>(given) + q;
       tokens += q;
-      plan.requests.push_back({id, q});
+      plan.requests.push_back({id, q, given});
     }
     if (tokens > lim.max_tokens_per_step)
       reqs.fail(std::to_string(tokens) + " new tokens in one step, at most " +

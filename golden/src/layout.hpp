@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "dsv32/golden/h5.hpp"
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/scenario.hpp"
 #include "dsv32/oracle/stages.hpp"
 #include "dsv32/oracle/tensor.hpp"
 
@@ -28,3 +30,18 @@ inline DType trace_dtype(const Config& c, Stage s, bool exact) {
 }
 
 }  // namespace dsv32::golden::detail
+
+namespace dsv32::golden {
+struct GoldenCase;
+namespace detail {
+/// Whether any step of `c` starts a request from a given prefix (schema_version 2).
+bool has_prefixes(const GoldenCase& c);
+/// Writes the given prefixes of `c`'s steps under /prefix (prefix_io.cpp).
+void write_prefixes(const h5::Group& root, const GoldenCase& c);
+/// Reads /prefix (when present) and attaches each given prefix to the step where its request
+/// first appears; refuses a request that first appears with a context and no prefix of that
+/// length, and a prefix that no step starts, naming the dataset.
+void read_prefixes(const h5::Group& root, const Config& cfg, std::vector<StepInput>& steps,
+                   int num_blocks);
+}  // namespace detail
+}  // namespace dsv32::golden

@@ -292,10 +292,14 @@ GoldenCase read_here(const std::string& path, const ReadLimits& limits) {
   if (schema != kSchema)
     throw h5::GoldenError(path + ": schema '" + schema + "', expected '" + kSchema + "'");
   const std::int64_t version = root.attr_int("schema_version");
-  if (version != kSchemaVersion)
+  if (version != kSchemaVersion && version != kSchemaVersionPrefix)
     throw h5::GoldenError(path + ": schema_version " + std::to_string(version) +
                           " is not supported (this reader knows " + std::to_string(kSchemaVersion) +
-                          ")");
+                          " and " + std::to_string(kSchemaVersionPrefix) + ")");
+  if (version == kSchemaVersion && root.has("prefix"))
+    throw h5::GoldenError(root.where("prefix") + ": a given prefix needs schema_version " +
+                          std::to_string(kSchemaVersionPrefix) + " (this file says " +
+                          std::to_string(version) + ")");
   c.generator = root.attr_string("generator");
   c.case_id = root.attr_string("case_id");
   c.seed = static_cast<std::uint64_t>(root.attr_int("seed"));
@@ -354,6 +358,7 @@ GoldenCase read_here(const std::string& path, const ReadLimits& limits) {
     c.emulated.push_back(read_trace(st.child("emulated", false), cfg, Ta, false));
     c.steps.push_back(std::move(in));
   }
+  detail::read_prefixes(root, cfg, c.steps, c.num_blocks);
   return c;
 }
 

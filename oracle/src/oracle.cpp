@@ -200,6 +200,7 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     return mode_ == Mode::exact && stage_info(s).storage != Storage::int32 ? DType::float64
                                                                            : storage_dtype(c, s);
   };
+  load_given(in);
   Mat h = in.hidden;
   TopkRows topk = TopkRows::Constant(T, c.index_topk, -1);  // shared by the layers of a forward
   StepTrace trace;
@@ -264,6 +265,27 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
   }
   trace.output = stage(Stage::output, h, Ta, stage_tail(c, Stage::output), dtype(Stage::output));
   return trace;
+}
+
+void Oracle::load_given(const StepInput& in) {
+  const int B = cfg_.block_size, E = cfg_.kv_entry_dim(), L = cfg_.kv_lora_rank;
+  for (const auto& g : in.given) {
+    int r = 0;
+    while (in.requests.at(r).id != g->request_id) ++r;
+    for (int l = 0; l < cfg_.num_layers; ++l) {
+      LayerCache& c = caches_[l];
+      const PrefixLayer& pl = g->layers.at(l);
+#pragma omp parallel for schedule(static)
+      for (int p = 0; p < g->length; ++p) {
+        const std::int64_t slot = in.slot_of(r, p, B);
+        g->latent_row(cfg_, l, p, &c.kv(slot, 0));
+        for (int i = L; i < E; ++i) c.kv(slot, i) = pl.k_rope(p, i - L);
+        if (!cfg_.is_full_layer(l)) continue;
+        c.index_k.row(slot) = pl.index_k.row(p);
+        c.index_scale[slot] = pl.index_scale[p];
+      }
+    }
+  }
 }
 
 IndexScores index_score_row(const double* q8, const double* omega, int HI, int dI,

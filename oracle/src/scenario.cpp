@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -46,6 +47,26 @@ void StepInput::derive(const Config& cfg, int num_blocks) {
                             " is used twice in this step");
     }
     Ta += r.q;
+  }
+  std::set<int> given_ids;
+  for (const auto& g : given) {
+    if (!g) throw ScenarioError("step has an empty given prefix");
+    const auto it = std::find_if(requests.begin(), requests.end(),
+                                 [&](const RequestStep& r) { return r.id == g->request_id; });
+    if (it == requests.end())
+      throw ScenarioError("given prefix of request id " + std::to_string(g->request_id) +
+                          ": no such request in this step");
+    if (!given_ids.insert(g->request_id).second)
+      throw ScenarioError("request id " + std::to_string(g->request_id) +
+                          ": two given prefixes in one step");
+    if (it->ctx != g->length)
+      throw ScenarioError(req_name(*it, static_cast<std::size_t>(it - requests.begin())) +
+                          ": ctx_len " + std::to_string(it->ctx) + " but a given prefix of " +
+                          std::to_string(g->length) + " positions");
+    if (static_cast<int>(g->layers.size()) != cfg.num_layers)
+      throw ScenarioError("given prefix of request id " + std::to_string(g->request_id) + ": " +
+                          std::to_string(g->layers.size()) + " layers, the config has " +
+                          std::to_string(cfg.num_layers));
   }
   if (capture_size == 0) capture_size = Ta;
   if (capture_size < Ta)
@@ -125,7 +146,18 @@ StepInput ScenarioBuilder::step(const std::vector<StepRequest>& reqs, int captur
   for (const StepRequest& sr : reqs) {
     if (std::find(finished_.begin(), finished_.end(), sr.id) != finished_.end())
       throw ScenarioError("request id " + std::to_string(sr.id) + " was finished");
+    if (sr.given_prefix < 0)
+      throw ScenarioError("request id " + std::to_string(sr.id) + ": given prefix " +
+                          std::to_string(sr.given_prefix) + " < 0");
+    if (sr.given_prefix > 0 && live_.count(sr.id))
+      throw ScenarioError("request id " + std::to_string(sr.id) +
+                          ": a given prefix only on a request's first step");
     Live& lv = live_[sr.id];
+    if (sr.given_prefix > 0) {
+      lv.ctx = sr.given_prefix;
+      in.given.push_back(
+          std::make_shared<const GivenPrefix>(draw_prefix(cfg_, seed_, sr.id, sr.given_prefix)));
+    }
     const int need = (lv.ctx + sr.q + cfg_.block_size - 1) / cfg_.block_size;
     while (static_cast<int>(lv.blocks.size()) < need) {
       if (free_.empty())

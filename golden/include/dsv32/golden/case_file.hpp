@@ -23,6 +23,7 @@ struct CaseLimits {
   int max_steps = 4096;
   int max_tokens_per_step = 65536;
   int max_blocks = 1 << 22;
+  int max_given_prefix = 1 << 20;  // positions of one request's given prefix
 };
 
 /// The case of JSON text `text`; `where` names it in errors and `dir` is the folder that a

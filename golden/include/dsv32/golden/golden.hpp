@@ -16,6 +16,9 @@ namespace dsv32::golden {
 
 inline constexpr const char* kSchema = "dsv32-golden";
 inline constexpr std::int64_t kSchemaVersion = 1;
+/// The version of a file that gives a prefix (/prefix, GOLDEN.md "Given prefix"); readers of
+/// version 1 refuse it rather than read a context they would not have.
+inline constexpr std::int64_t kSchemaVersionPrefix = 2;
 
 /// Config <-> the JSON of GOLDEN.md (Hugging Face names). Parsing ignores unknown keys and
 /// refuses missing ones, a value of the wrong JSON type (a float or a boolean for an integer

@@ -93,7 +93,8 @@ class Oracle {
  public:
   Oracle(Config cfg, std::shared_ptr<const Weights> weights, Mode mode, int num_blocks);
 
-  /// Runs one step: every layer, updating the caches; returns every stage.
+  /// Runs one step: every layer, updating the caches; returns every stage. The step's given
+  /// prefixes are stored in the caches first.
   StepTrace step(const StepInput& in, const StepOptions& opts = {});
 
   const Config& config() const { return cfg_; }
@@ -114,6 +115,7 @@ class Oracle {
   bool rounds_bf16() const { return mode_ == Mode::emulated && cfg_.precision == Precision::bf16; }
 
  private:
+  void load_given(const StepInput& in);
   struct Layer;
   Config cfg_;
   std::shared_ptr<const Weights> w_;

@@ -3,10 +3,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/prefix.hpp"
 #include "dsv32/oracle/tensor.hpp"
 
 namespace dsv32 {
@@ -30,6 +32,9 @@ struct StepInput {
   std::vector<RequestStep> requests;  // decode requests first
   int capture_size = 0;               // T >= T_a
   Mat hidden;                         // (T, D); rows >= T_a are padding (any values, NaN too)
+  /// Given prefixes (GOLDEN.md) of requests that first appear in this step with ctx_len equal
+  /// to the prefix's length: their cache entries are stored before the step runs.
+  std::vector<std::shared_ptr<const GivenPrefix>> given;
 
   // Derived by derive():
   int num_tokens = 0;                 // T_a
@@ -54,6 +59,9 @@ enum class Poison { zeros, nan, huge };
 struct StepRequest {
   int id;
   int q;
+  /// On a request's first step only: its first `given_prefix` positions are a given prefix
+  /// (drawn into the cache, not computed), so its context starts there.
+  int given_prefix = 0;
 };
 
 /// How a request's hidden rows repeat (docs/CASES.md, top-k stress): with `repeat` N > 0,
