@@ -16,11 +16,11 @@ except ImportError as e:  # not a declared dependency (pyproject.toml says why)
     raise ImportError(f"dsv32 needs h5py ({e}): apt install python3-h5py, or pip install h5py") from e
 
 from .formats import bf16_bits, bf16_values, e4m3_values
-from .golden import Golden, GoldenFileError, Step, read_golden
+from .golden import Golden, GoldenFileError, Prefix, Step, read_golden
 from .candidate import write_candidate
 from ._files import OutputError
 from ._tool import ToolError, ToolNotFound
 from .verdict import JudgeError, Verdict, judge
 
-__all__ = ["Golden", "GoldenFileError", "Step", "read_golden", "write_candidate", "judge",
+__all__ = ["Golden", "GoldenFileError", "Prefix", "Step", "read_golden", "write_candidate", "judge",
            "Verdict", "JudgeError", "OutputError", "ToolError", "ToolNotFound", "bf16_bits", "bf16_values", "e4m3_values"]

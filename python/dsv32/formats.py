@@ -39,12 +39,9 @@ def e4m3_values(codes):
     return np.where(u & 0x80, -mag, mag)
 
 
-def decode(dataset):
-    """A dataset's values as float64 (int32 for int32), by its `dtype` attribute, stored as
-    GOLDEN.md and the tool's reader have it: bfloat16 as uint16 bits, float8_e4m3fn as uint8
-    codes, int32 as any integer type (each value in range), float32 and float64 as any float
-    type (float32 values exactly float32). Anything else is a ValueError naming the value:
-    numpy's casts would wrap 2^32+1 to 1 and truncate 1.5 to 1."""
+def dtype_attribute(dataset):
+    """A dataset's logical dtype (its `dtype` attribute) as a str; a KeyError without one, a
+    ValueError when it is not a string."""
     dtype = dataset.attrs["dtype"]
     if isinstance(dtype, np.ndarray) and dtype.shape == ():
         dtype = dtype[()]
@@ -52,6 +49,16 @@ def decode(dataset):
         dtype = dtype.decode(errors="replace")
     if not isinstance(dtype, str):
         raise ValueError(f"its dtype attribute is {dtype!r}, not a string")
+    return dtype
+
+
+def decode(dataset):
+    """A dataset's values as float64 (int32 for int32), by its `dtype` attribute, stored as
+    GOLDEN.md and the tool's reader have it: bfloat16 as uint16 bits, float8_e4m3fn as uint8
+    codes, int32 as any integer type (each value in range), float32 and float64 as any float
+    type (float32 values exactly float32). Anything else is a ValueError naming the value:
+    numpy's casts would wrap 2^32+1 to 1 and truncate 1.5 to 1."""
+    dtype = dtype_attribute(dataset)
     stored = dataset.dtype
     want = {"bfloat16": np.dtype(np.uint16), "float8_e4m3fn": np.dtype(np.uint8)}.get(dtype)
     kind = {"int32": "iu", "float32": "f", "float64": "f"}.get(dtype)

@@ -4,7 +4,9 @@ refuses (shapes against the config, the config's bounds, step metadata against t
 tables, ...); then h5py reads it, itself bounded: only a regular file is opened (a FIFO would
 block), steps are exactly step0..step{n-1}, every dataset's size is bounded before it is read,
 every value is checked against its stored type, the config is strict JSON, and a NaN or an Inf
-in a golden's tensors is refused, naming the dataset (docs/BAD_INPUT.md)."""
+in a golden's tensors is refused, naming the dataset (docs/BAD_INPUT.md). A version-2 file's
+given prefixes (/prefix) are read into `Golden.prefix` (request id -> `Prefix`), checked as the
+tool checks them."""
 import json
 import math
 import os
@@ -16,7 +18,7 @@ import h5py
 import numpy as np
 
 from . import _tool
-from .formats import decode
+from .formats import decode, dtype_attribute
 
 
 class GoldenFileError(ValueError):
@@ -52,12 +54,35 @@ class Step:
 
 
 @dataclass
+class Prefix:
+    """A request's given prefix (GOLDEN.md, "Given prefix"): the cache entries of its positions
+    0..length-1, which an implementation stores at `slots` (slot of position p = block_table[p //
+    B] * B + p % B, its block table at `first_step`) in every layer before step `first_step`,
+    where the request first appears with ctx_len == length. `layers[l]` holds, as the file
+    stores them (P = length):
+    - `latent` (P, Lkv): under `fp8_ds_mla`, uint8 e4m3 codes (formats.e4m3_values gives their
+      values, before the tile scale); in a bf16 cache, float32: the stored values exactly (bf16
+      values in `bf16` precision, fp32 ones in `fp32`);
+    - `latent_scale` (P, ceil(Lkv / 128)) float32, `fp8_ds_mla` only: each 128-value tile's scale
+      (the latent reads back as fp32(code value x scale));
+    - `k_rope` (P, dr) float32: the rotary part as stored (already rotated; bf16 or fp32 values);
+    - F layers only: `index_k` (P, dI) uint8 e4m3 codes and `index_scale` (P) float32, their ue8m0
+      scale (a power of two)."""
+    request_id: int
+    length: int
+    first_step: int
+    slots: np.ndarray  # (P) int64
+    layers: list  # per layer: name -> array
+
+
+@dataclass
 class Golden:
     path: str
     attrs: dict
     config: dict
     weights: list  # per layer: name -> array; F layers also "indexer/w_q_b", ...
     steps: list
+    prefix: dict = field(default_factory=dict)  # request id -> Prefix (a version-2 file's)
 
 
 def require_regular_file(path):
@@ -172,6 +197,146 @@ def _capture_size(g, path):
     return int(v)
 
 
+def _as_int(v):
+    """An attribute's integer value, or None."""
+    if isinstance(v, np.ndarray) and v.shape == ():
+        v = v[()]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        return None
+    return int(v)
+
+
+def _first_steps(steps):
+    """{request id: (its first step, its row there, ctx_len there)}."""
+    first = {}
+    for s, step in enumerate(steps):
+        for row, rid in enumerate(step.inputs["request_id"]):
+            first.setdefault(int(rid), (s, row, int(step.inputs["ctx_len"][row])))
+    return first
+
+
+def _prefix_dataset(r, g, name, dtype, shape):
+    """Dataset `name` of prefix layer group g: logical `dtype`, `shape` exactly; e4m3 kept as its
+    uint8 codes (none of them NaN), everything else as float32 values (finite)."""
+    where = f"{r.path}:{g.name}/{name}"
+    try:
+        d = g.get(name)
+    except (KeyError, OSError, ValueError) as e:
+        raise GoldenFileError(f"{where}: cannot be opened: {e}") from None
+    if not isinstance(d, h5py.Dataset):
+        raise GoldenFileError(f"{where}: " + ("missing dataset" if d is None else "not a dataset"))
+    try:
+        got = dtype_attribute(d)
+    except (KeyError, ValueError) as e:
+        raise GoldenFileError(f"{where}: {e}" if isinstance(e, ValueError) else
+                              f"{where}: no dtype attribute") from None
+    if got != dtype:
+        raise GoldenFileError(f"{where}: dtype {got}, expected {dtype}")
+    if tuple(d.shape) != tuple(shape):
+        raise GoldenFileError(f"{where}: shape {tuple(d.shape)}, expected {tuple(shape)}")
+    if dtype != "float8_e4m3fn":
+        a = r.tensor(d, True)  # decoded, checked finite
+        return a.astype(np.float32)
+    if d.dtype.newbyteorder("=") != np.dtype(np.uint8):
+        raise GoldenFileError(f"{where}: stored as {d.dtype}, which does not hold dtype {dtype}")
+    need = math.prod(shape)
+    if need > r.left:
+        raise GoldenFileError(f"{where}: shape {tuple(shape)} needs {need} bytes, over what is "
+                              f"left of the read's bound ({r.left})")
+    r.left -= need
+    a = np.asarray(d[()], dtype=np.uint8).reshape(shape)
+    bad = (a & 0x7F) == 0x7F
+    if bad.any():
+        i = np.unravel_index(int(np.flatnonzero(bad)[0]), a.shape)
+        raise GoldenFileError(f"{where}: code 0x{int(a[i]):02X} at {tuple(map(int, i))} is no "
+                              "finite e4m3 value")
+    return a
+
+
+def _prefixes(f, path, attrs, config, steps, r):
+    """/prefix, each request's checked as `dsv32 validate` checks it (GOLDEN.md, "Given
+    prefix"): only in a version-2 file, members request{id}, each started by exactly one step
+    whose ctx_len is its length, shapes and dtypes by the config, codes finite, tile scales
+    positive, index scales powers of two; and every request that first appears with a context
+    has one."""
+    first = _first_steps(steps)
+    given = {}
+    if "prefix" in f:
+        version = _as_int(attrs.get("schema_version"))
+        if version != 2:
+            raise GoldenFileError(f"{path}:/prefix: a given prefix needs schema_version 2 (this "
+                                  f"file says {attrs.get('schema_version')!r})")
+        pg = f["prefix"]
+        if not isinstance(pg, h5py.Group):
+            raise GoldenFileError(f"{path}:/prefix: not a group")
+        c = config
+        fp8 = c["kv_cache"] == "fp8_ds_mla"
+        act = "bfloat16" if c["precision"] == "bf16" else "float32"
+        L, dr, dI, B = (c["kv_lora_rank"], c["qk_rope_head_dim"], c["index_head_dim"],
+                        c["block_size"])
+        for name in pg:
+            m = re.fullmatch(r"request(0|[1-9][0-9]{0,9})", name)
+            if not m or int(m.group(1)) >= 2**31:
+                raise GoldenFileError(f"{path}:/prefix/{name}: not a request (the members of "
+                                      "/prefix are request{id})")
+            rid, rg = int(m.group(1)), pg[name]
+            if not isinstance(rg, h5py.Group):
+                raise GoldenFileError(f"{path}:/prefix/{name}: not a group")
+            P = _as_int(rg.attrs.get("length"))
+            if P is None or P < 1:
+                raise GoldenFileError(f"{path}:/prefix/{name}: attribute length is "
+                                      f"{rg.attrs.get('length')!r}, not an integer >= 1")
+            if rid not in first or first[rid][2] == 0:
+                raise GoldenFileError(f"{path}:/prefix/{name}: no step starts request id {rid} "
+                                      "with a context (a prefix nothing reads)")
+            s, row, ctx = first[rid]
+            if ctx != P:
+                raise GoldenFileError(f"{path}:/steps/step{s}/inputs: request id {rid} first "
+                                      f"appears with ctx_len {ctx}, its given prefix has {P} "
+                                      "positions")
+            table = steps[s].inputs["block_table"][row]
+            p = np.arange(P, dtype=np.int64)
+            if (P - 1) // B >= table.shape[0] or (table[:(P - 1) // B + 1] < 0).any():
+                raise GoldenFileError(f"{path}:/steps/step{s}/inputs/block_table: request id "
+                                      f"{rid}'s row names no block for all {P} positions of its "
+                                      "given prefix")
+            slots = table[p // B].astype(np.int64) * B + p % B
+            layers = []
+            for l in range(c["num_layers"]):
+                lname = f"layer{l}"
+                lg = rg.get(lname)
+                if not isinstance(lg, h5py.Group):
+                    raise GoldenFileError(f"{path}:/prefix/{name}/{lname}: missing group")
+                layer = {"latent": _prefix_dataset(r, lg, "latent", "float8_e4m3fn" if fp8
+                                                   else act, (P, L))}
+                if fp8:
+                    sc = _prefix_dataset(r, lg, "latent_scale", "float32", (P, -(-L // 128)))
+                    if not (sc > 0).all():
+                        i = np.unravel_index(int(np.flatnonzero(~(sc > 0))[0]), sc.shape)
+                        raise GoldenFileError(f"{path}:{lg.name}/latent_scale: {sc[i]} at "
+                                              f"{tuple(map(int, i))} is no positive scale")
+                    layer["latent_scale"] = sc
+                layer["k_rope"] = _prefix_dataset(r, lg, "k_rope", act, (P, dr))
+                if c["index_topk_pattern"][l] == "F":
+                    layer["index_k"] = _prefix_dataset(r, lg, "index_k", "float8_e4m3fn", (P, dI))
+                    sc = _prefix_dataset(r, lg, "index_scale", "float32", (P,))
+                    mant, _ = np.frexp(sc)
+                    bad = ~((sc > 0) & (mant == 0.5))
+                    if bad.any():
+                        i = int(np.flatnonzero(bad)[0])
+                        raise GoldenFileError(f"{path}:{lg.name}/index_scale: {sc[i]} at ({i},) "
+                                              "is no power of two")
+                    layer["index_scale"] = sc
+                layers.append(layer)
+            given[rid] = Prefix(rid, P, s, slots, layers)
+    for rid, (s, _, ctx) in sorted(first.items(), key=lambda kv: kv[1][:2]):
+        if ctx and rid not in given:
+            raise GoldenFileError(f"{path}:/steps/step{s}/inputs: request id {rid} first appears "
+                                  f"with ctx_len {ctx} and the file gives no /prefix/request{rid} "
+                                  "(caches start empty; GOLDEN.md, \"Given prefix\")")
+    return given
+
+
 def validate(path, max_bytes=MAX_BYTES, tool=None):
     """Raises GoldenFileError, with the tool's own message, unless `dsv32 validate` takes
     `path` as a golden file. ToolNotFound where no tool is found."""
@@ -237,8 +402,9 @@ def read_golden(path, max_bytes=MAX_BYTES, tool=None, validate_with_tool=True):
                 if "emulated" in g:
                     step.emulated = r.tensors(g["emulated"], True)
                 steps.append(step)
+            prefix = _prefixes(f, path, attrs, config, steps, r)
     except KeyError as e:
         raise GoldenFileError(f"{path}: missing {e}") from None
     except OSError as e:
         raise GoldenFileError(f"{path}: not a readable HDF5 file: {e}") from None
-    return Golden(path, attrs, config, weights, steps)
+    return Golden(path, attrs, config, weights, steps, prefix)

@@ -20,6 +20,11 @@ The caches, in the golden's layout (`kv_cache`): per layer
 The last block is scratch (`scratch_slot` is its first slot): a padded row's slot is -1, and a
 capture-safe layer writes it there rather than branching on the host. Real block tables never
 name it. Slots no request references hold NaN (bf16/fp32) or 0xFF codes, so reading one shows.
+
+A golden's given prefixes (GOLDEN.md, "Given prefix"; `golden.prefix`) are the harness's to
+store: `Inputs.store_given(s)`, called before step s runs (check() does, in every mode), writes
+the prefix of each request that first appears at step s into every layer's caches at the slots
+its block table names, in the layout above, as if the layer had written them.
 """
 from dataclasses import dataclass, field
 
@@ -90,6 +95,35 @@ class Inputs:
         longest = max(int(np.max(s.inputs["ctx_len"] + s.inputs["q_len"])) for s in golden.steps)
         self.max_seq_len = -(-longest // self.B) * self.B
         self.caches = [self._layer_cache(c, l) for l in range(c["num_layers"])]
+        self.given = {}  # step -> the given prefixes of the requests that first appear there
+        for p in getattr(golden, "prefix", {}).values():
+            self.given.setdefault(p.first_step, []).append(p)
+
+    def store_given(self, s):
+        """Stores the given prefixes of the requests that first appear at step s into every
+        layer's caches (at `Prefix.slots`), in the caches' layout: [latent ; k_rope] in the
+        storage dtype, or fp8_ds_mla rows of the file's codes, tile scales and bf16 rope; F
+        layers' index codes and scales. Returns the request ids stored. Writes on the current
+        stream, which a replay waits for."""
+        c, done = self.golden.config, []
+        for p in self.given.get(s, ()):
+            if p.slots.size and (p.slots.min() < 0 or p.slots.max() >= self.num_blocks * self.B):
+                raise ValueError(f"given prefix of request {p.request_id}: slots outside the "
+                                 f"cache's {self.num_blocks * self.B}")
+            slot = torch.as_tensor(p.slots, dtype=torch.int64, device=self.device)
+            for l, (layer, cache) in enumerate(zip(p.layers, self.caches)):
+                part = {k: torch.as_tensor(v, device=self.device) for k, v in layer.items()}
+                kv = cache.kv.view(-1, cache.kv.shape[-1])
+                if c["kv_cache"] == "fp8_ds_mla":
+                    kv[slot] = fp8.ds_mla_rows(part["latent"], part["latent_scale"],
+                                               part["k_rope"])
+                else:
+                    kv[slot] = torch.cat([part["latent"], part["k_rope"]], -1).to(kv.dtype)
+                if cache.index_k is not None:
+                    cache.index_k.view(-1, cache.index_k.shape[-1])[slot] = part["index_k"]
+                    cache.index_k_scale.view(-1)[slot] = part["index_scale"]
+            done.append(p.request_id)
+        return done
 
     def _layer_cache(self, c, l):
         n, B, dev = self.num_blocks + 1, self.B, self.device

@@ -95,6 +95,7 @@ def run_steps(layer, golden, mode="eager", device="cpu", dtype=torch.float64, st
     for s in range(len(golden.steps)) if steps is None else steps:
         padded = None if mode == "eager" else inputs.capture_size(s)
         batch = inputs.step(s, padded)
+        inputs.store_given(s)  # requests that start here from a given prefix
         where = f"step {s} ({mode}, {batch.num_padded} rows)"
         try:
             got = runner.run(layer, batch, inputs)

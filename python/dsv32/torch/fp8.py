@@ -6,7 +6,9 @@ dtype is needed: codes are uint8), on any device, capture-safe (no host reads).
 - `ue8m0(amax)`: the smallest power of two 2^e with max(amax, 1e-4) <= 448 * 2^e, exactly;
 - `ds_mla_pack(c, kR)` / `ds_mla_unpack(row, Lkv, dr)`: the fp8_ds_mla cache row of a token:
   Lkv e4m3 codes, ceil(Lkv / 128) fp32 tile scales, dr bf16 rope values, as bytes (656 B a
-  token at DSv3.2's Lkv = 512, dr = 64); read back as code value * tile scale (fp32).
+  token at DSv3.2's Lkv = 512, dr = 64); read back as code value * tile scale (fp32);
+  `ds_mla_rows(codes, scales, kR)` lays out such rows of parts already quantized (a given
+  prefix's).
 """
 import math
 
@@ -73,7 +75,14 @@ def ds_mla_pack(c, kR):
     amax = cf.abs().amax(-1).float()
     scale = torch.clamp(amax / FP8_MAX, min=torch.finfo(torch.float32).tiny)
     codes = e4m3_encode(e4m3(cf / scale[..., None])).reshape(N, -1)[:, :Lkv]
-    return torch.cat([codes, _bytes_of(scale), _bytes_of(kR.to(torch.bfloat16))], dim=1)
+    return ds_mla_rows(codes, scale, kR)
+
+
+def ds_mla_rows(codes, scales, kR):
+    """fp8_ds_mla rows (N, width) uint8 of given parts: `codes` (N, Lkv) uint8 e4m3 codes,
+    `scales` (N, ceil(Lkv / 128)) tile scales (stored as fp32), `kR` (N, dr) (stored as bf16)."""
+    return torch.cat([codes.to(torch.uint8), _bytes_of(scales.to(torch.float32)),
+                      _bytes_of(kR.to(torch.bfloat16))], dim=1)
 
 
 def ds_mla_unpack(rows, Lkv, dr, dtype=torch.float32):
