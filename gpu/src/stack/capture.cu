@@ -20,6 +20,7 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
     throw ScenarioError("gpu stack: step input is not derived");
   if (static_cast<int>(in.requests.size()) > max_tokens_)
     throw ScenarioError("gpu stack: more requests than max_tokens");
+  store_given(in);  // before anything runs or is captured: the step reads the prefix's entries
   upload_step(in);
   const boundary::Plan& serving = faults_.serving(plan, in);
   BreakableGraph* graph = nullptr;

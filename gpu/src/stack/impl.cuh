@@ -1,8 +1,9 @@
 // The stack's implementation for one storage type S (StackImpl), its parts declared beside it
 // (streams.cuh, faults.cuh, lab.cuh, launch_state.cuh) and its members defined in one file a
-// concern: buffers.cu (allocation, uploads), ops.cu and attention.cu (op dispatch), streams.cu
-// (the indexer's stream), capture.cu (plans, captures), trace.cu (the step's trace), faults.cu
-// (planted bugs) and timing.cu (the lab: time_step, time_ops, host costs, ablation).
+// concern: buffers.cu (allocation, uploads), prefix.cu (given prefixes into the caches), ops.cu
+// and attention.cu (op dispatch), streams.cu (the indexer's stream), capture.cu (plans,
+// captures), trace.cu (the step's trace), faults.cu (planted bugs) and timing.cu (the lab:
+// time_step, time_ops, host costs, ablation).
 #pragma once
 
 #include <cublas_v2.h>
@@ -166,6 +167,11 @@ class StackImpl final : public Stack::Impl {
   void grow_rope(int positions);
   void place_far(std::vector<long long>& slots) const;
   std::vector<long> topk_row_paths();
+
+  // prefix.cu: the step's given prefixes (StepInput::given) copied from the host into the
+  // caches at their requests' slots, in the caches' own format, on the main stream and outside
+  // any capture; joined before it returns.
+  void store_given(const StepInput& in);
 
   // ops.cu, attention.cu: one op of layer l at the current capture size (G ops over T rows,
   // H ops over T_a), under `st`.
