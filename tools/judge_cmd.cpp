@@ -45,12 +45,13 @@ int run(const JudgeOptions& o) {
                       {{"the candidate", o.candidate}, {"--golden", o.golden}});
   golden::ReadLimits limits;
   limits.max_bytes = o.max_gib * (1ull << 30);
-  const golden::GoldenCase gc = golden::read(o.golden, limits);
+  golden::GoldenCase gc = golden::read(o.golden, limits);
   const std::vector<StepTrace> cand = golden::read_candidate(o.candidate, gc, limits);
   fmt::print(stderr, "  judging {} step(s) of {} against case {}\n", cand.size(), o.candidate,
              gc.case_id);
-  const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
-                            gc.steps, cand, o.tp, /*partial=*/true);
+  // The weights move to the judge's oracles (at DSv3.2 sizes a copy is 1.6 GB of doubles).
+  const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(std::move(gc.weights)),
+                            gc.num_blocks, gc.steps, cand, o.tp, /*partial=*/true);
   // The stages in trace order, each once.
   std::vector<StageLine> lines;
   std::map<std::string, std::size_t> at;

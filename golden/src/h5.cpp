@@ -230,6 +230,18 @@ void Group::write(const Tensor& t) const {
 Tensor Group::read(const std::string& name, DType want,
                    const std::optional<std::vector<std::int64_t>>& shape,
                    std::int64_t max_elements) const {
+  return read_to(name, want, shape, max_elements, nullptr);
+}
+
+Tensor Group::read_into(const std::string& name, DType want, const std::vector<std::int64_t>& shape,
+                        const std::function<double*(std::size_t)>& storage) const {
+  return read_to(name, want, shape, -1, storage);
+}
+
+Tensor Group::read_to(const std::string& name, DType want,
+                      const std::optional<std::vector<std::int64_t>>& shape,
+                      std::int64_t max_elements,
+                      const std::function<double*(std::size_t)>& storage) const {
   if (!has(name)) throw GoldenError(where(name) + ": missing dataset");
   Handle ds(H5Dopen2(h_.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!ds.valid()) throw GoldenError(where(name) + ": not a dataset");
@@ -285,19 +297,23 @@ Tensor Group::read(const std::string& name, DType want,
                       ", which this libhdf5 cannot decode: write it uncompressed or with gzip");
   if (budget_) budget_->take(8.0 * elements, 8.0 * elements, where(name));
   const std::size_t n = static_cast<std::size_t>(t.numel());
-  t.data.resize(n);
+  // A value needing conversion to `want` goes through the tensor, then into the storage.
+  double* const into = storage ? storage(n) : nullptr;
+  const bool direct = into && dt == want;
+  if (!direct) t.data.resize(n);
+  double* const out = direct ? into : t.data.data();
   herr_t rc = 0;
   switch (dt) {
     case DType::bfloat16: {
       std::vector<std::uint16_t> b(n);
       rc = H5Dread(ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
-      for (std::size_t i = 0; i < n; ++i) t.data[i] = bf16_value(b[i]);
+      for (std::size_t i = 0; i < n; ++i) out[i] = bf16_value(b[i]);
       break;
     }
     case DType::float8_e4m3fn: {
       std::vector<std::uint8_t> b(n);
       rc = H5Dread(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data());
-      for (std::size_t i = 0; i < n; ++i) t.data[i] = e4m3_value(b[i]);
+      for (std::size_t i = 0; i < n; ++i) out[i] = e4m3_value(b[i]);
       break;
     }
     case DType::int32: {
@@ -307,25 +323,29 @@ Tensor Group::read(const std::string& name, DType want,
         if (b[i] < INT32_MIN || b[i] > INT32_MAX)
           throw GoldenError(where(name) + ": int32 value " + std::to_string(b[i]) +
                             " out of range at " + t.index_string(static_cast<std::int64_t>(i)));
-        t.data[i] = static_cast<double>(b[i]);
+        out[i] = static_cast<double>(b[i]);
       }
       break;
     }
     case DType::float32: {
-      rc = H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data.data());
+      rc = H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
       for (std::size_t i = 0; i < n && rc >= 0; ++i)
-        if (!std::isnan(t.data[i]) &&
-            static_cast<double>(static_cast<float>(t.data[i])) != t.data[i])
+        if (!std::isnan(out[i]) && static_cast<double>(static_cast<float>(out[i])) != out[i])
           throw GoldenError(where(name) + ": dtype float32, but the value at " +
                             t.index_string(static_cast<std::int64_t>(i)) + " is not a float32");
       break;
     }
     case DType::float64:
-      rc = H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data.data());
+      rc = H5Dread(ds.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out);
       break;
   }
   if (rc < 0) throw GoldenError(where(name) + ": read failed (truncated or corrupt file?)");
   if (dt != want) convert_exactly(t, want, where(name));
+  if (into && !direct) {
+    std::copy(t.data.begin(), t.data.end(), into);
+    t.data.clear();
+    t.data.shrink_to_fit();
+  }
   return t;
 }
 

@@ -28,9 +28,13 @@ long long request_number(const std::string& name) {
   return v < (1ll << 31) ? v : -1;
 }
 
-Mat to_mat(const Tensor& t) {
-  Mat m(t.shape.at(0), t.shape.size() > 1 ? t.shape[1] : 1);
-  std::copy(t.data.begin(), t.data.end(), m.data());
+/// Dataset `name` of `shape` (rank 1 or 2) read straight into a matrix.
+Mat read_mat(const h5::Group& g, const std::string& name, DType dt, const Shape& shape) {
+  Mat m;
+  g.read_into(name, dt, shape, [&](std::size_t) {
+    m.resize(shape.at(0), shape.size() > 1 ? shape[1] : 1);
+    return m.data();
+  });
   return m;
 }
 

@@ -1,6 +1,7 @@
 #include "dsv32/oracle/numerics.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -29,12 +30,30 @@ std::uint8_t e4m3_bits(double x) {
   return sign | static_cast<std::uint8_t>(((e + 7) << 3) | static_cast<int>(m));
 }
 
-double e4m3_value(std::uint8_t bits) {
+namespace {
+
+double decode_e4m3(std::uint8_t bits) {
   const int e = (bits >> 3) & 0xF;
   const int m = bits & 0x7;
   if (e == 0xF && m == 0x7) return std::numeric_limits<double>::quiet_NaN();
   const double mag = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
   return (bits & 0x80) ? -mag : mag;
+}
+
+/// Every code's value, decoded once (a golden's prefix decodes 10^8 of them).
+const std::array<double, 256>& e4m3_table() {
+  static const std::array<double, 256> table = [] {
+    std::array<double, 256> t{};
+    for (int b = 0; b < 256; ++b) t[b] = decode_e4m3(static_cast<std::uint8_t>(b));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+double e4m3_value(std::uint8_t bits) {
+  return e4m3_table()[bits];
 }
 
 double e4m3_quantum(double x) {

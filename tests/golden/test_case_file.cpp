@@ -27,7 +27,7 @@ TEST(CaseFiles, EveryRegistryCaseIsItsFile) {
   // The registry is built from fixtures/cases/*.json; each file read from disk gives the same
   // case (Golden.RegeneratedFixturesAreByteIdentical then holds them to the fixtures' bytes).
   const auto& reg = golden::registry();
-  ASSERT_EQ(reg.size(), 21u);
+  ASSERT_EQ(reg.size(), 24u);
   for (const golden::CaseSpec& c : reg) {
     const golden::CaseSpec f =
         golden::read_case_file(std::string(DSV32_FIXTURES_DIR) + "/cases/" + c.name + ".json");
@@ -46,6 +46,7 @@ TEST(CaseFiles, EveryRegistryCaseIsItsFile) {
       for (std::size_t r = 0; r < f.steps[s].requests.size(); ++r) {
         EXPECT_EQ(f.steps[s].requests[r].id, c.steps[s].requests[r].id);
         EXPECT_EQ(f.steps[s].requests[r].q, c.steps[s].requests[r].q);
+        EXPECT_EQ(f.steps[s].requests[r].given_prefix, c.steps[s].requests[r].given_prefix);
       }
     }
   }
