@@ -12,8 +12,8 @@
 namespace dsv32::h5 {
 namespace {
 
-constexpr int kMaxDepth = 64;                              // a golden is 5 deep
-constexpr std::size_t kSlabBytes = std::size_t{16} << 20;  // a dataset is read this much at a time
+constexpr int kMaxDepth = 64;               // a golden is 5 deep
+constexpr double kSlab = 16.0 * (1 << 20);  // bytes of a dataset read at a time
 
 /// Each attribute of `g` read as the readers read them (a string or an integer; other kinds are
 /// left to the reader, which refuses what it cannot use). Errors are the reader's to report.
@@ -50,20 +50,20 @@ void scan_values(hid_t ds, double max_bytes) {
   const int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
   std::vector<hsize_t> dims(std::max(rank, 0));
   if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  const std::size_t size = H5Tget_size(native);
+  const double size = static_cast<double>(H5Tget_size(native));
   double elements = 1, row = 1;
   for (int i = 0; i < rank; ++i) {
     elements *= static_cast<double>(dims[i]);
     if (i > 0) row *= static_cast<double>(dims[i]);
   }
-  if (rank >= 0 && size > 0 && elements * size <= max_bytes && row * size <= 4.0 * kSlabBytes) {
+  if (rank >= 0 && size > 0 && elements * size <= max_bytes && row * size <= 4.0 * kSlab) {
     if (rank == 0) {
-      std::vector<unsigned char> buf(size);
+      std::vector<unsigned char> buf(static_cast<std::size_t>(size));
       H5Dread(ds, native, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
     } else if (elements > 0) {
-      const hsize_t rows = std::max<hsize_t>(
-          1, static_cast<hsize_t>(static_cast<double>(kSlabBytes) / (row * size)));
-      std::vector<unsigned char> buf(static_cast<std::size_t>(rows * row) * size);
+      const hsize_t rows = std::max<hsize_t>(1, static_cast<hsize_t>(kSlab / (row * size)));
+      std::vector<unsigned char> buf(
+          static_cast<std::size_t>(static_cast<double>(rows) * row * size));
       std::vector<hsize_t> start(rank, 0), count = dims;
       for (hsize_t r0 = 0; r0 < dims[0]; r0 += rows) {
         start[0] = r0;

@@ -96,16 +96,14 @@ std::map<int, std::shared_ptr<const GivenPrefix>> read_given(const h5::Group& pg
     for (int l = 0; l < cfg.num_layers; ++l) {
       const h5::Group lg = rg.child("layer" + std::to_string(l), false);
       PrefixLayer pl;
-      pl.latent =
-          to_mat(lg.read("latent", fp8 ? DType::float8_e4m3fn : activation(cfg), Shape{P, L}));
+      pl.latent = read_mat(lg, "latent", fp8 ? DType::float8_e4m3fn : activation(cfg), Shape{P, L});
       if (fp8)
-        pl.latent_scale = to_mat(
-            lg.read("latent_scale", DType::float32, Shape{P, (L + kDsMlaTile - 1) / kDsMlaTile}));
-      pl.k_rope = to_mat(lg.read("k_rope", activation(cfg), Shape{P, dr}));
+        pl.latent_scale = read_mat(lg, "latent_scale", DType::float32,
+                                   Shape{P, (L + kDsMlaTile - 1) / kDsMlaTile});
+      pl.k_rope = read_mat(lg, "k_rope", activation(cfg), Shape{P, dr});
       if (cfg.is_full_layer(l)) {
-        pl.index_k = to_mat(lg.read("index_k", DType::float8_e4m3fn, Shape{P, dI}));
-        const Tensor s = lg.read("index_scale", DType::float32, Shape{P});
-        pl.index_scale = Eigen::Map<const Vec>(s.data.data(), P);
+        pl.index_k = read_mat(lg, "index_k", DType::float8_e4m3fn, Shape{P, dI});
+        pl.index_scale = read_mat(lg, "index_scale", DType::float32, Shape{P}).col(0);
       }
       g->layers.push_back(std::move(pl));
     }

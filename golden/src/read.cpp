@@ -56,10 +56,6 @@ Mat read_finite_mat(const h5::Group& g, const std::string& name, DType dt, const
                             " at " + meta.index_string(static_cast<std::int64_t>(i)));
   return m;
 }
-Vec read_finite_vec(const h5::Group& g, const std::string& name, DType dt, std::int64_t n) {
-  const Mat m = read_finite_mat(g, name, dt, Shape{n});
-  return Eigen::Map<const Vec>(m.data(), n);
-}
 
 /// A finite tensor of `shape`.
 Tensor read_finite(const h5::Group& g, const std::string& name, DType dt, const Shape& shape) {

@@ -156,6 +156,17 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     const StepInput& in = steps[s];
     const int si = static_cast<int>(s);
     const std::size_t failures_before = j.failures.size();
+    // A given prefix's index keys are data of the golden (GOLDEN.md): every implementation
+    // holds exactly these, so the candidate's rows are scored over them like its own keys.
+    for (const auto& g : in.given)
+      for (int l = 0; l < cfg.num_layers; ++l)
+        if (cfg.is_full_layer(l))
+          for (int p = 0; p < g->length; ++p) {
+            const PrefixLayer& pl = g->layers[l];
+            keys[{l, g->request_id, p}] = {
+                std::vector<double>(pl.index_k.row(p).data(), pl.index_k.row(p).data() + dI),
+                pl.index_scale[p]};
+          }
     std::vector<int> against_t0;  // F layers whose sets are judged on T0's scores
     for (int l = 0; l < cfg.num_layers; ++l) {
       const LayerTrace& lt = gpu[s].layers[l];
