@@ -97,7 +97,7 @@ TEST_P(GivenPrefixModes, IsStoredAsIfTheLayerHadWrittenIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, GivenPrefixModes, ::testing::Values(Mode::exact, Mode::emulated),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+                         [](const auto& param) { return std::string(to_string(param.param)); });
 
 TEST(GivenPrefix, DrawsAreOnTheirFormatsGridAndKeyedByPosition) {
   for (const KvCache kv : {KvCache::bf16, KvCache::fp8_ds_mla}) {

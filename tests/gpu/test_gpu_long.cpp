@@ -29,8 +29,8 @@ TEST_P(GpuLong, EveryPlanGivesEagerBitsAndEagerPassesTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GpuLong, ::testing::Values("long-decode", "long-mixed", "long-max"),
-                         [](const auto& info) {
-                           std::string n = info.param;
+                         [](const auto& param) {
+                           std::string n = param.param;
                            for (char& ch : n)
                              if (ch == '-') ch = '_';
                            return n;
