@@ -61,7 +61,9 @@ void scan_values(hid_t ds, double max_bytes) {
       std::vector<unsigned char> buf(static_cast<std::size_t>(size));
       H5Dread(ds, native, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
     } else if (elements > 0) {
-      const hsize_t rows = std::max<hsize_t>(1, static_cast<hsize_t>(kSlab / (row * size)));
+      // At most the dataset itself: a small one allocates only its own size.
+      const hsize_t rows = std::min<hsize_t>(
+          dims[0], std::max<hsize_t>(1, static_cast<hsize_t>(kSlab / (row * size))));
       std::vector<unsigned char> buf(
           static_cast<std::size_t>(static_cast<double>(rows) * row * size));
       std::vector<hsize_t> start(rank, 0), count = dims;
