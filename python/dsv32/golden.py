@@ -210,7 +210,12 @@ def _first_steps(steps):
     """{request id: (its first step, its row there, ctx_len there)}."""
     first = {}
     for s, step in enumerate(steps):
-        for row, rid in enumerate(step.inputs["request_id"]):
+        # Without our writer's request_id, a request is known by the first physical block of
+        # its table, which it keeps while it lives (as the tool reads such a file).
+        ids = step.inputs.get("request_id")
+        if ids is None:
+            ids = np.asarray(step.inputs["block_table"])[:, 0]
+        for row, rid in enumerate(ids):
             first.setdefault(int(rid), (s, row, int(step.inputs["ctx_len"][row])))
     return first
 
