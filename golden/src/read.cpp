@@ -26,16 +26,21 @@ Vec to_vec(const Tensor& t) {
   return Eigen::Map<const Vec>(t.data.data(), static_cast<Eigen::Index>(t.data.size()));
 }
 
-/// Refuses NaN and +-Inf, naming the dataset and the element: one Inf in a reference turns
-/// its gate off (tolerances and caps are computed from it).
-void refuse_non_finite(const h5::Group& g, const Tensor& t) {
-  for (std::size_t i = 0; i < t.data.size(); ++i)
-    if (!std::isfinite(t.data[i]))
-      throw h5::GoldenError(g.where(t.name) + ": " +
-                            (std::isnan(t.data[i]) ? "NaN"
-                             : t.data[i] > 0       ? "+Inf"
+/// Refuses NaN and +-Inf among `values` (the data of `meta`, which names them), naming the
+/// dataset and the element: one Inf in a reference turns its gate off (tolerances and caps are
+/// computed from it).
+void refuse_non_finite(const h5::Group& g, const Tensor& meta, const double* values,
+                       std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i]))
+      throw h5::GoldenError(g.where(meta.name) + ": " +
+                            (std::isnan(values[i]) ? "NaN"
+                             : values[i] > 0       ? "+Inf"
                                                    : "-Inf") +
-                            " at " + t.index_string(static_cast<std::int64_t>(i)));
+                            " at " + meta.index_string(static_cast<std::int64_t>(i)));
+}
+void refuse_non_finite(const h5::Group& g, const Tensor& t) {
+  refuse_non_finite(g, t, t.data.data(), t.data.size());
 }
 
 /// A finite (rows, cols) matrix (a vector: cols 1 and `shape` of rank 1) read straight into its
@@ -47,13 +52,7 @@ Mat read_finite_mat(const h5::Group& g, const std::string& name, DType dt, const
     m.resize(rows, cols);
     return m.data();
   });
-  for (Eigen::Index i = 0; i < m.size(); ++i)
-    if (!std::isfinite(m.data()[i]))
-      throw h5::GoldenError(g.where(name) + ": " +
-                            (std::isnan(m.data()[i]) ? "NaN"
-                             : m.data()[i] > 0       ? "+Inf"
-                                                     : "-Inf") +
-                            " at " + meta.index_string(static_cast<std::int64_t>(i)));
+  refuse_non_finite(g, meta, m.data(), static_cast<std::size_t>(m.size()));
   return m;
 }
 
