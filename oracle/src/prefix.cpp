@@ -1,5 +1,6 @@
 #include "dsv32/oracle/prefix.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -109,7 +110,8 @@ void GivenPrefix::latent_row(const Config& cfg, int layer, int p, double* out) c
   }
 }
 
-GivenPrefix draw_prefix(const Config& cfg, std::uint64_t seed, int request_id, int length) {
+GivenPrefix draw_prefix(const Config& cfg, std::uint64_t seed, int request_id, int length,
+                        const HiddenShape& shape) {
   GivenPrefix g;
   g.request_id = request_id;
   g.length = length;
@@ -119,8 +121,12 @@ GivenPrefix draw_prefix(const Config& cfg, std::uint64_t seed, int request_id, i
   for (int l = 0; l < cfg.num_layers; ++l) {
     const std::string key =
         "prefix/request" + std::to_string(request_id) + "/layer" + std::to_string(l);
-    const rng::Stream lat(seed, key + "/latent"), rope(seed, key + "/k_rope"),
-        idx(seed, key + "/index_k");
+    // A distinct position of a shaped prefix draws from streams of its own.
+    const rng::Stream streams[2][3] = {
+        {{seed, key + "/latent"}, {seed, key + "/k_rope"}, {seed, key + "/index_k"}},
+        {{seed, key + "/distinct/latent"},
+         {seed, key + "/distinct/k_rope"},
+         {seed, key + "/distinct/index_k"}}};
     PrefixLayer pl;
     pl.latent.resize(length, L);
     pl.k_rope.resize(length, dr);
@@ -132,7 +138,11 @@ GivenPrefix draw_prefix(const Config& cfg, std::uint64_t seed, int request_id, i
     }
 #pragma omp parallel for schedule(static)
     for (int p = 0; p < length; ++p) {
-      const std::uint64_t row = static_cast<std::uint64_t>(p);
+      const bool own =
+          std::find(shape.distinct.begin(), shape.distinct.end(), p) != shape.distinct.end();
+      const std::uint64_t row =
+          static_cast<std::uint64_t>(own || shape.repeat <= 0 ? p : p % shape.repeat);
+      const rng::Stream &lat = streams[own][0], &rope = streams[own][1], &idx = streams[own][2];
       std::vector<double> v(L);
       for (int i = 0; i < L; ++i) v[i] = stored(cfg, unit(lat, row * L + i));
       if (fp8) {

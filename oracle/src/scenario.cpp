@@ -120,6 +120,11 @@ ScenarioBuilder::ScenarioBuilder(const Config& cfg, std::uint64_t seed, int num_
     std::swap(free_[i], free_[s.below(i, static_cast<std::uint64_t>(i) + 1)]);
 }
 
+HiddenShape ScenarioBuilder::shape_of(int id) const {
+  const auto it = shapes_.find(id);
+  return it == shapes_.end() ? HiddenShape{} : it->second;
+}
+
 std::vector<double> ScenarioBuilder::hidden_row(int id, int position) const {
   std::string key = "hidden/request" + std::to_string(id);
   if (const auto it = shapes_.find(id); it != shapes_.end()) {
@@ -155,8 +160,8 @@ StepInput ScenarioBuilder::step(const std::vector<StepRequest>& reqs, int captur
     Live& lv = live_[sr.id];
     if (sr.given_prefix > 0) {
       lv.ctx = sr.given_prefix;
-      in.given.push_back(
-          std::make_shared<const GivenPrefix>(draw_prefix(cfg_, seed_, sr.id, sr.given_prefix)));
+      in.given.push_back(std::make_shared<const GivenPrefix>(
+          draw_prefix(cfg_, seed_, sr.id, sr.given_prefix, shape_of(sr.id))));
     }
     const int need = (lv.ctx + sr.q + cfg_.block_size - 1) / cfg_.block_size;
     while (static_cast<int>(lv.blocks.size()) < need) {

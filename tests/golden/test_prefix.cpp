@@ -99,6 +99,28 @@ TEST_P(GivenPrefixModes, IsStoredAsIfTheLayerHadWrittenIt) {
 INSTANTIATE_TEST_SUITE_P(Modes, GivenPrefixModes, ::testing::Values(Mode::exact, Mode::emulated),
                          [](const auto& param) { return std::string(to_string(param.param)); });
 
+TEST(GivenPrefix, AShapedPrefixRepeatsItsEntriesExceptTheDistinctOnes) {
+  const Config c = small_config(KvCache::fp8_ds_mla);
+  const GivenPrefix plain = draw_prefix(c, 3, 7, 12);
+  const GivenPrefix g = draw_prefix(c, 3, 7, 12, HiddenShape{3, {4}});
+  ASSERT_NO_THROW(g.check(c));
+  for (int l = 0; l < 3; ++l) {
+    const PrefixLayer &a = g.layers[l], &b = plain.layers[l];
+    for (int p = 0; p < 12; ++p) {
+      if (p == 4) continue;
+      // Position p holds what an unshaped prefix holds at p mod 3: equal keys, tied scores.
+      EXPECT_EQ(Mat(a.latent.row(p)), Mat(b.latent.row(p % 3))) << l << " " << p;
+      EXPECT_EQ(Mat(a.latent_scale.row(p)), Mat(b.latent_scale.row(p % 3))) << l << " " << p;
+      EXPECT_EQ(Mat(a.k_rope.row(p)), Mat(b.k_rope.row(p % 3))) << l << " " << p;
+      if (a.index_k.size() == 0) continue;
+      EXPECT_EQ(Mat(a.index_k.row(p)), Mat(b.index_k.row(p % 3))) << l << " " << p;
+      EXPECT_EQ(a.index_scale[p], b.index_scale[p % 3]) << l << " " << p;
+    }
+    // The distinct position draws its own entries: like none of the phrase's.
+    for (int p = 0; p < 3; ++p) EXPECT_NE(Mat(a.k_rope.row(4)), Mat(b.k_rope.row(p))) << l;
+  }
+}
+
 TEST(GivenPrefix, DrawsAreOnTheirFormatsGridAndKeyedByPosition) {
   for (const KvCache kv : {KvCache::bf16, KvCache::fp8_ds_mla}) {
     const Config c = small_config(kv);

@@ -187,9 +187,10 @@ TEST(GpuPlans, TopkUnderLargeTieGroupsIsValidAndTheSameAtEveryReplay) {
 }
 
 TEST(GpuPlans, RowsPastTheRegisterBinsUnderEagerAndTheDispatchMode) {
-  // topk-long (generated here, about two minutes of CPU): K = 2048, a 16400-token prefill and
-  // decodes at 16400+ keys, the last two in full graphs; the select's general path and the
-  // device-driven scores' capped grid run, and the dispatch mode gives eager's bits.
+  // topk-long (generated here, about a second: its 16396 positions are a given prefix): K =
+  // 2048, a chunk crossing 16384 keys and decodes at 16400+ keys over tie groups of thousands,
+  // the last two in full graphs; the select's general path and the device-driven scores' capped
+  // grid run, and the dispatch mode gives eager's bits.
   DSV32_REQUIRE_GPU();
   const golden::GoldenCase gc = golden::generate(golden::find_case("topk-long"), "test");
   const std::vector<StepTrace> eager =

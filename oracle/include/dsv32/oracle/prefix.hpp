@@ -40,11 +40,24 @@ struct GivenPrefix {
   void latent_row(const Config& cfg, int layer, int p, double* out) const;
 };
 
+/// How a request's rows repeat (docs/CASES.md, top-k stress): with `repeat` N > 0, position p
+/// takes position p mod N's row (a phrase of N tokens over and over), except the positions in
+/// `distinct`, which take rows of their own (an outlier in the run). It shapes a request's
+/// hidden rows and, the same way, the entries of its given prefix.
+struct HiddenShape {
+  int repeat = 0;  // 0: every position its own row
+  std::vector<int> distinct;
+  bool operator==(const HiddenShape&) const = default;
+};
+
 /// Draws the given prefix of request `request_id`, `length` positions, from the counter RNG
 /// keyed by (seed, request id, layer, position): the latent drawn as a normalized row would be
 /// and stored as the cache stores it (fp8_ds_mla: quantized tile by tile by the model's own
 /// quantizer), the rope part and the index keys likewise (the keys by the indexer's ue8m0 block
-/// quantizer). Bitwise the same on every machine and thread count.
-GivenPrefix draw_prefix(const Config& cfg, std::uint64_t seed, int request_id, int length);
+/// quantizer). With a `shape`, position p draws position p mod repeat's entries (equal keys:
+/// ties of every score), a distinct position its own. Bitwise the same on every machine and
+/// thread count.
+GivenPrefix draw_prefix(const Config& cfg, std::uint64_t seed, int request_id, int length,
+                        const HiddenShape& shape = {});
 
 }  // namespace dsv32

@@ -64,15 +64,6 @@ struct StepRequest {
   int given_prefix = 0;
 };
 
-/// How a request's hidden rows repeat (docs/CASES.md, top-k stress): with `repeat` N > 0,
-/// position p takes position p mod N's row (a phrase of N tokens over and over), except the
-/// positions in `distinct`, which take rows of their own (an outlier in the run).
-struct HiddenShape {
-  int repeat = 0;  // 0: every position its own row
-  std::vector<int> distinct;
-  bool operator==(const HiddenShape&) const = default;
-};
-
 /// Builds scenarios over persistent caches: tracks each request's context, hands out physical
 /// blocks from a seeded permutation (so block tables are out of order), frees them on finish,
 /// and draws hidden rows from the counter RNG keyed by (request id, position), so a request's
@@ -91,6 +82,8 @@ class ScenarioBuilder {
   void shape(int id, HiddenShape h) { shapes_[id] = std::move(h); }
   /// The hidden row of request `id` at `position` (bf16 values in bf16 precision).
   std::vector<double> hidden_row(int id, int position) const;
+  /// Request `id`'s shape (none: every position its own row).
+  HiddenShape shape_of(int id) const;
 
  private:
   struct Live {
