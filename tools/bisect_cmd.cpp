@@ -80,7 +80,7 @@ int run(const BisectOptions& o) {
       baits ? std::string("each mutant's own case")
             : fmt::format("case {} ({} steps)", case_for("").case_id, case_for("").steps.size());
   fmt::print("dsv32 bisect: {}, plan {}, {}\n", what, o.plan, gpu::device_summary());
-  fmt::print("{:<20} {:<13} {:<20} {:<14} {:<16} {:>5}  {}\n", "mutant", "case", "plan", "verdict",
+  fmt::print("{:<20} {:<15} {:<20} {:<14} {:<16} {:>5}  {}\n", "mutant", "case", "plan", "verdict",
              "op", "layer", "first divergence");
   nlohmann::json out{{"case", baits ? "" : case_for("").case_id}, {"plan", o.plan}};
   int unnoticed = 0, diverged = 0;
@@ -90,7 +90,7 @@ int run(const BisectOptions& o) {
     const gpu::BisectReport r = gpu::bisect(
         gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, p, m,
         [&](const std::string& line) { fmt::print(stderr, "  [{}] {}\n", m, line); });
-    fmt::print("{:<20} {:<13} {:<20} {:<14} {:<16} {:>5}  {}\n", m.empty() ? "(none)" : m,
+    fmt::print("{:<20} {:<15} {:<20} {:<14} {:<16} {:>5}  {}\n", m.empty() ? "(none)" : m,
                gc.case_id, p.name, to_string(r.verdict), r.op.empty() ? "-" : r.op,
                r.layer < 0 ? std::string("-") : std::to_string(r.layer),
                r.where.empty() ? "-" : r.where);

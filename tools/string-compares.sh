@@ -42,7 +42,8 @@ classes = {
     "mutant": "fresh-output capture-host-op baked-short-prefill uv-captured-nocopy "
               "shared-layer-clears no-topk-clear double-rope padded-cache-write stale-positions "
               "unjoined-stream full-for-mixed stale-full-metadata stale-short-prefill "
-              "verify-stride topk-bin-overflow topk-edge reused-block-skip int32-offset",
+              "verify-stride topk-bin-overflow topk-edge reused-block-skip int32-offset "
+              "fp8-tile-scale topk-long-row",
     "plan": "eager breakable-eager wide narrow narrow-copy full full-and-piecewise "
             "full-and-piecewise:",
     "verdict": "none data eager-segment boundary dispatch",

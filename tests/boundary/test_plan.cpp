@@ -114,6 +114,9 @@ TEST(PlanDispatch, UniformDecodeStepsGoToTheFullGraphAndOthersToThePiecewisePlan
   EXPECT_EQ(boundary::mutant_bait("topk-bin-overflow"), "topk-stress");
   EXPECT_EQ(boundary::mutant_bait("topk-edge"), "chunk-edges");
   EXPECT_EQ(boundary::mutant_bait("reused-block-skip"), "block-reuse");
+  // The size map's each on a case past its switch.
+  EXPECT_EQ(boundary::mutant_bait("fp8-tile-scale"), "fp8-tiles");
+  EXPECT_EQ(boundary::mutant_bait("topk-long-row"), "rows-past-16384");
   EXPECT_EQ(boundary::mutant_bait("stale-positions"), "mutant-bait");
 }
 
@@ -169,7 +172,7 @@ TEST(PlanMutants, EveryStackMutantHasItsOwnValue) {
     EXPECT_EQ(std::count(seen.begin(), seen.end(), m), 0) << name << " shares its value";
     seen.push_back(m);
   }
-  EXPECT_EQ(seen.size(), 16u);
+  EXPECT_EQ(seen.size(), 18u);
   EXPECT_THROW(boundary::stack_mutant("no-such-mutant"), boundary::PlanError);
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 
+#include "dsv32/boundary/mutants.hpp"
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/bisect.hpp"
 #include "dsv32/gpu/stack.hpp"
@@ -63,6 +64,10 @@ const std::vector<Expect>& expectations() {
       // Run on far blocks: each write lands at a wrapped offset (or is skipped), the reads
       // follow the block table to the right one.
       {"int32-offset", "narrow", V::data, {"norm_rope_cache", "indexer_topk", "sparse_mqa"}},
+      // The size map's, each on a case past its switch. The trace's `c` reads the cache with
+      // the right scales (the trace's own read): the backend's output is the first wrong.
+      {"fp8-tile-scale", "narrow", V::data, {"sparse_mqa"}},
+      {"topk-long-row", "narrow", V::data, {"indexer_topk"}},
   };
   return e;
 }
@@ -140,6 +145,44 @@ TEST(Mutants, BisectFindsNothingWithoutAMutant) {
       gpu::bisect(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps,
                   boundary::plan_preset("narrow", gc.cfg));
   EXPECT_EQ(r.verdict, BisectVerdict::none) << r.summary() << "\n" << r.detail;
+}
+
+/// The longest top-k row a case's steps reach, in keys: a request's context after a step (its
+/// given prefix and its new tokens so far), from the case's plan alone.
+int longest_row(const golden::CaseSpec& c) {
+  std::map<int, int> ctx;
+  int longest = 0;
+  for (const golden::StepPlan& step : c.steps)
+    for (const StepRequest& r : step.requests)
+      longest = std::max(longest, ctx[r.id] += r.given_prefix + r.q);
+  return longest;
+}
+
+TEST(Mutants, EveryBaitIsARegistryCase) {
+  for (const boundary::MutantInfo& m : boundary::kMutantTable)
+    EXPECT_NO_THROW(golden::find_case(std::string(m.bait))) << m.name;
+}
+
+// The size map's mutants (docs/GPU.md) live past a switch: their baits are past it, and no
+// committed case (what the plan tests run) and no other mutant's bait is, so none of those shows
+// them. Without a GPU: the sizes are the cases'.
+TEST(Mutants, TheSizeMapsMutantsLiveOnlyPastTheirSwitch) {
+  using boundary::Mutant;
+  const auto fp8_tiles = [](const golden::CaseSpec& c) {  // fp8_ds_mla, more than one tile
+    return c.cfg.kv_cache == KvCache::fp8_ds_mla && c.cfg.kv_lora_rank > 128;
+  };
+  const auto past_registers = [](const golden::CaseSpec& c) { return longest_row(c) > 16384; };
+  EXPECT_TRUE(fp8_tiles(golden::find_case(std::string(mutant_bait(Mutant::fp8_tile_scale)))));
+  EXPECT_TRUE(past_registers(golden::find_case(std::string(mutant_bait(Mutant::topk_long_row)))));
+  std::set<std::string> others;
+  for (const boundary::MutantInfo& m : boundary::kMutantTable)
+    if (m.mutant != Mutant::fp8_tile_scale && m.mutant != Mutant::topk_long_row)
+      others.emplace(m.bait);
+  for (const golden::CaseSpec& c : golden::registry()) {
+    if (!c.committed && !others.contains(c.name)) continue;
+    EXPECT_FALSE(fp8_tiles(c)) << c.name;
+    EXPECT_FALSE(past_registers(c)) << c.name;
+  }
 }
 
 TEST(Mutants, UnknownNamesAreRejected) {

@@ -86,12 +86,13 @@ __device__ __forceinline__ long long slot_of(const Dims& d, const Meta& m, int r
 }
 
 /// One latent value read back from the cache (fp8: code * scale in fp32, then S).
+/// `tile0_scale`: the mutant fp8-tile-scale's read, tile 0's scale for every tile.
 template <class S>
 __device__ __forceinline__ float latent_at(const Dims& d, const KvCache<S>& cache, long long slot,
-                                           int i) {
+                                           int i, bool tile0_scale = false) {
   if (!d.fp8_kv) return ld(cache.latent[slot * d.L + i]);
   return rnd<S>(e4m3_to_float(cache.codes[slot * d.L + i]) *
-                cache.scales[slot * d.tiles + i / 128]);
+                cache.scales[slot * d.tiles + (tile0_scale ? 0 : i / 128)]);
 }
 
 }  // namespace dsv32::gpu::k

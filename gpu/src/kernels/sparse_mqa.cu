@@ -21,10 +21,11 @@ constexpr int kMqaGatherRows = kMqaThreads / 32;  // key rows per gather block, 
 /// 256 threads: a warp a row, the lanes over its columns; a plain cache row moves in 16-byte
 /// pieces when its parts allow (`vec`: L and dr times sizeof(S) multiples of 16). The sets also
 /// go to the layer's trace copy (the shared buffer is overwritten by the next F layer).
+/// `fault`: a planted bug (LatentFault).
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
     mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys, bool vec,
-               int* topk_trace) {
+               int* topk_trace, LatentFault fault) {
   stream_order();
   const int t = blockIdx.x, k = blockIdx.y * kMqaGatherRows + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -48,8 +49,9 @@ __global__ void __launch_bounds__(kMqaThreads)
     for (int i = lane; i < d.dr / per; i += 32) out[d.L / per + i] = rope[i];
     return;
   }
+  const bool tile0_scale = fault == LatentFault::first_tile_scale;  // the same in every thread
   for (int i = lane; i < d.L; i += 32)
-    dst[i] = d.fp8_kv ? st<S>(latent_at(d, cache, sl, i)) : cache.latent[sl * d.L + i];
+    dst[i] = d.fp8_kv ? st<S>(latent_at(d, cache, sl, i, tile0_scale)) : cache.latent[sl * d.L + i];
   for (int i = lane; i < d.dr; i += 32) dst[d.L + i] = cache.rope[sl * d.dr + i];
 }
 
@@ -135,9 +137,9 @@ __global__ void spin(long long cycles) {
 
 template <class S>
 void launch_mqa_gather(const Launch& go, const Dims& d, const Meta& m, int rows, KvCache<S> cache,
-                       const int* topk, S* keys, bool vec, int* topk_trace) {
+                       const int* topk, S* keys, bool vec, int* topk_trace, LatentFault fault) {
   go(mqa_gather<S>, dim3(rows, (d.K + kMqaGatherRows - 1) / kMqaGatherRows), kMqaThreads, 0, d, m,
-     cache, topk, keys, vec, topk_trace);
+     cache, topk, keys, vec, topk_trace, fault);
 }
 template <class S>
 void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
@@ -156,7 +158,7 @@ void launch_spin(cudaStream_t stream, long long cycles) {
 
 #define DSV32_INSTANTIATE(S)                                                                     \
   template void launch_mqa_gather<S>(const Launch&, const Dims&, const Meta&, int, KvCache<S>,   \
-                                     const int*, S*, bool, int*);                                \
+                                     const int*, S*, bool, int*, LatentFault);                   \
   template void launch_mqa_softmax<S>(const Launch&, const Dims&, const Meta&, int, const int*,  \
                                       const float*, S*, float*);                                 \
   template void launch_mqa_finish<S>(const Launch&, const Dims&, const Meta&, int, const float*, \

@@ -7,13 +7,19 @@
 
 namespace dsv32::gpu::k {
 
+/// A planted bug of the gather's fp8_ds_mla read (mutants, docs/GPU.md): first_tile_scale
+/// dequantizes every tile of 128 latent values with tile 0's scale (fp8-tile-scale; right only
+/// where Lkv is one tile).
+enum class LatentFault { none, first_tile_scale };
+
 /// Every launch covers `rows` rows; with Meta::live (device-driven), rows past the live rows
 /// exit (params.cuh, token_of).
 /// keys[t, k, :] = [c; kR] of each of rows tokens' K selected positions (zeros for -1), the
 /// sets also into topk_trace. `vec`: plain cache rows move in 16-byte pieces.
 template <class S>
 void launch_mqa_gather(const Launch& go, const Dims& d, const Meta& m, int rows, KvCache<S> cache,
-                       const int* topk, S* keys, bool vec, int* topk_trace);
+                       const int* topk, S* keys, bool vec, int* topk_trace,
+                       LatentFault fault = LatentFault::none);
 /// P = S(exp(z - max)) per (token, head) over the selected entries, and each row's max and sum.
 template <class S>
 void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,

@@ -277,12 +277,13 @@ __global__ void __launch_bounds__(kTopkThreads)
   }
   // f(j, key, valid) for the thread's positions j = j0 + 32 r, r = 0 .. per - 1 in order (the
   // same count in every thread, so whole warps meet in the votes); the first kRegs keys from
-  // registers.
+  // registers. The planted long_row stops at r = kTopkFast (only rows past 16384 keys go on).
+  const int walk = fault == TopkFault::long_row ? min(per, kTopkFast) : per;
   const auto each = [&](auto&& f) {
 #pragma unroll
     for (int r = 0; r < kRegs; ++r)
       if (r < per) f(j0 + 32 * r, kr[r], j0 + 32 * r < n);
-    for (int r = kRegs; r < per; ++r) {
+    for (int r = kRegs; r < walk; ++r) {
       const int j = j0 + 32 * r;
       const bool valid = j < n;
       f(j, valid ? topk_key(sc[j], j) : 0ull, valid);

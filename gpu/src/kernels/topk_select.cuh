@@ -11,8 +11,10 @@ namespace dsv32::gpu::k {
 /// alone); both give the exact set.
 /// `fault`: a planted bug (mutants, docs/GPU.md): bin_overflow keeps the first kTopkResolve
 /// keys a crowded threshold bin delivers and drops the rest (topk-bin-overflow); edge takes a
-/// row of K + 1 keys for a short one, 0 .. K - 1 (topk-edge).
-enum class TopkFault { none, bin_overflow, edge };
+/// row of K + 1 keys for a short one, 0 .. K - 1 (topk-edge); long_row walks each thread's keys
+/// in the general select only as far as the short path holds them (kTopkFast), so that past
+/// 16384 keys a row's keys beyond a thread's first 16 are never candidates (topk-long-row).
+enum class TopkFault { none, bin_overflow, edge, long_row };
 
 /// The path each row took, counted on the device (StackReport::kernel_paths); what each means and
 /// its name: gpu::kTopkRowPathNames (dsv32/gpu/stack.hpp), in this order.

@@ -111,7 +111,7 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
     k::launch_mqa_gather(go("sparse_mqa", streams_.forked() ? streams_.aux() : streams_.main()), d,
                          m, launch_rows, w.kv, buf_.topk->get(), buf_.mqa_keys->get(),
                          (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
-                         w.topk_trace->get());
+                         w.topk_trace->get(), faults_.latent_fault());
   streams_.join(st);  // the gathered keys (a no-op when never forked)
   if (launch_rows == 0) return;
   // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr (cuBLAS is

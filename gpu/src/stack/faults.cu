@@ -123,7 +123,15 @@ template <class S>
 k::TopkFault Faults<S>::topk_fault() const {
   return mutant_ == M::topk_bin_overflow ? k::TopkFault::bin_overflow
          : mutant_ == M::topk_edge       ? k::TopkFault::edge
+         : mutant_ == M::topk_long_row   ? k::TopkFault::long_row
                                          : k::TopkFault::none;
+}
+
+/// fp8-tile-scale: the backend's gather dequantizes every tile of a latent with tile 0's scale
+/// (right while Lkv fits one tile of 128 values).
+template <class S>
+k::LatentFault Faults<S>::latent_fault() const {
+  return mutant_ == M::fp8_tile_scale ? k::LatentFault::first_tile_scale : k::LatentFault::none;
 }
 
 template <class S>

@@ -13,6 +13,7 @@
 #include "../buffers.cuh"
 #include "../kernels/launch.cuh"
 #include "../kernels/params.cuh"
+#include "../kernels/sparse_mqa.cuh"
 #include "../kernels/topk_select.cuh"
 #include "dsv32/boundary/plan.hpp"
 #include "dsv32/oracle/scenario.hpp"
@@ -54,8 +55,10 @@ class Faults {
                      int offset) const;
   /// indexer_topk's short-prefill decision for layer l (baked-short-prefill: the capture's).
   bool short_prefill(int l, bool decided, const LaunchState& st);
-  /// The top-k select's planted bug (topk-bin-overflow, topk-edge).
+  /// The top-k select's planted bug (topk-bin-overflow, topk-edge, topk-long-row).
   k::TopkFault topk_fault() const;
+  /// The backend's read of an fp8_ds_mla latent (fp8-tile-scale: tile 0's scale for every tile).
+  k::LatentFault latent_fault() const;
   /// Before the backend's products on `s` (unjoined-stream: a slow backend in an eager segment).
   void before_backend(cudaStream_t s, const LaunchState& st) const;
   /// Where uv_proj writes (fresh-output: a new buffer each call, `elements` long).

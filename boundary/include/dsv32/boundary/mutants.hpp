@@ -33,6 +33,8 @@ enum class StackMutant {
   topk_edge,
   reused_block_skip,
   int32_offset,
+  fp8_tile_scale,
+  topk_long_row,
 };
 
 /// Every mutant, in the table's (and mutant_names()') order.
@@ -55,8 +57,10 @@ enum class Mutant : std::uint8_t {
   topk_edge,
   reused_block_skip,
   int32_offset,
+  fp8_tile_scale,
+  topk_long_row,
 };
-inline constexpr std::size_t kNumMutants = 18;
+inline constexpr std::size_t kNumMutants = 20;
 
 struct MutantInfo {
   Mutant mutant;
@@ -98,6 +102,10 @@ inline constexpr std::array<MutantInfo, kNumMutants> kMutantTable{{
      "block-reuse"},
     // Any case shows it: it runs on far blocks.
     {Mutant::int32_offset, "int32-offset", StackMutant::int32_offset, false, "spec-verify"},
+    // The size map's own (docs/GPU.md): each on a path only a size past its switch takes, on a
+    // case that is past it at little cost.
+    {Mutant::fp8_tile_scale, "fp8-tile-scale", StackMutant::fp8_tile_scale, false, "fp8-tiles"},
+    {Mutant::topk_long_row, "topk-long-row", StackMutant::topk_long_row, false, "rows-past-16384"},
 }};
 
 constexpr const MutantInfo& mutant_info(Mutant m) {
@@ -123,7 +131,8 @@ constexpr StackMutant stack_mutant(Mutant m) {
   return mutant_info(m).stack;
 }
 /// The registry case whose steps expose `m`: a family's case for the bugs of issue 41's classes
-/// (topk-stress, spec-verify, chunk-edges, block-reuse), else mutant-bait.
+/// (topk-stress, spec-verify, chunk-edges, block-reuse), a case past its switch for the size
+/// map's (fp8-tiles, rows-past-16384), else mutant-bait.
 constexpr std::string_view mutant_bait(Mutant m) {
   return mutant_info(m).bait;
 }
