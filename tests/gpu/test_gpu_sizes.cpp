@@ -332,32 +332,27 @@ const std::vector<SizeCase>& size_cases() {
                    std::nullopt});
     }
     // input_norm: a row of up to 8192 values in registers; norm_rope_cache's q norm up to 1536.
-    for (int D : {kNormRegValues, kNormRegValues + 1}) {
-      const Config c = tiny_with("tiny", [&](Config& x) { x.hidden_size = D; });
-      v.push_back({"hidden_" + std::to_string(D),
-                   "input_norm: row in registers",
-                   D > kNormRegValues,
-                   [=](int) { return mixed_then_decode(c); },
-                   config_size(&Config::hidden_size),
-                   fixed(kNormRegValues + 1),
-                   {},
-                   {},
-                   {},
-                   std::nullopt});
-    }
-    for (int Rq : {kNrcRegValues, kNrcRegValues + 1}) {
-      const Config c = tiny_with("tiny", [&](Config& x) { x.q_lora_rank = Rq; });
-      v.push_back({"q_lora_rank_" + std::to_string(Rq),
-                   "norm_rope_cache: q row in registers",
-                   Rq > kNrcRegValues,
-                   [=](int) { return mixed_then_decode(c); },
-                   config_size(&Config::q_lora_rank),
-                   fixed(kNrcRegValues + 1),
-                   {},
-                   {},
-                   {},
-                   std::nullopt});
-    }
+    // Each a config size on either side of its register limit, over a mixed step and decodes.
+    const auto row_in_registers = [&](const std::string& prefix, const std::string& what,
+                                      int Config::*size, int limit) {
+      for (int n : {limit, limit + 1}) {
+        const Config c = tiny_with("tiny", [&](Config& x) { x.*size = n; });
+        v.push_back({prefix + std::to_string(n),
+                     what,
+                     n > limit,
+                     [=](int) { return mixed_then_decode(c); },
+                     config_size(size),
+                     fixed(limit + 1),
+                     {},
+                     {},
+                     {},
+                     std::nullopt});
+      }
+    };
+    row_in_registers("hidden_", "input_norm: row in registers", &Config::hidden_size,
+                     kNormRegValues);
+    row_in_registers("q_lora_rank_", "norm_rope_cache: q row in registers", &Config::q_lora_rank,
+                     kNrcRegValues);
     // The decode kernels (gemv, uk_small, uv_proj's gemv) up to capture size 4, cuBLAS above.
     {
       const Config fs = preset("tiny-fs");
