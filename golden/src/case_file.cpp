@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -85,16 +86,38 @@ struct At {
 };
 
 const std::set<std::string>& config_keys() {
-  static const std::set<std::string> keys{
-      "num_layers",       "hidden_size",        "num_heads",
-      "q_lora_rank",      "kv_lora_rank",       "qk_nope_head_dim",
-      "qk_rope_head_dim", "v_head_dim",         "index_n_heads",
-      "index_head_dim",   "index_topk",         "rms_norm_eps",
-      "indexer_norm_eps", "block_size",         "rope_theta",
-      "rope_scaling",     "index_topk_pattern", "indexer_rope",
-      "hadamard",         "kv_cache",           "rope_table",
-      "precision",        "index_topk_freq",    "index_skip_topk_offset",
-      "preset",           "hf_config",          "name"};
+  static const std::set<std::string> keys{"num_layers",
+                                          "hidden_size",
+                                          "num_heads",
+                                          "q_lora_rank",
+                                          "kv_lora_rank",
+                                          "qk_nope_head_dim",
+                                          "qk_rope_head_dim",
+                                          "v_head_dim",
+                                          "index_n_heads",
+                                          "index_head_dim",
+                                          "index_topk",
+                                          "rms_norm_eps",
+                                          "indexer_norm_eps",
+                                          "block_size",
+                                          "rope_theta",
+                                          "rope_scaling",
+                                          "index_topk_pattern",
+                                          "indexer_rope",
+                                          "hadamard",
+                                          "kv_cache",
+                                          "rope_table",
+                                          "precision",
+                                          "index_topk_freq",
+                                          "index_skip_topk_offset",
+                                          "preset",
+                                          "hf_config",
+                                          "name",
+                                          "dcp_size",
+                                          "dcp_interleave",
+                                          "dcp_indexer_mode",
+                                          "decode_context_parallel_size",
+                                          "cp_kv_cache_interleave_size"};
   return keys;
 }
 
@@ -201,6 +224,17 @@ void apply_keys(Config& c, const At& a, const CaseLimits& lim) {
   set_enum("kv_cache", c.kv_cache);
   set_enum("rope_table", c.rope_table);
   set_enum("precision", c.precision);
+  // Decode context parallelism, by our names or vLLM's engine arguments (not both).
+  for (const auto& [ours, vllms, field, max] :
+       {std::tuple{"dcp_size", "decode_context_parallel_size", &c.dcp_size, kMaxDcpSize},
+        std::tuple{"dcp_interleave", "cp_kv_cache_interleave_size", &c.dcp_interleave,
+                   kMaxConfigSize}}) {
+    if (a.has(ours) && a.has(vllms))
+      a[vllms].fail(std::string("give ") + ours + " or " + vllms + ", not both");
+    if (const char* key = a.has(ours) ? ours : vllms; a.has(key))
+      *field = static_cast<int>(a[key].integer(1, max));
+  }
+  set_enum("dcp_indexer_mode", c.dcp_indexer_mode);
 }
 
 /// A case file or a Hugging Face config: a regular file (a FIFO would block) of at most 16 MiB.

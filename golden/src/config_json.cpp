@@ -91,6 +91,12 @@ std::string config_to_json(const Config& c) {
   j["kv_cache"] = to_string(c.kv_cache);
   j["rope_table"] = to_string(c.rope_table);
   j["precision"] = to_string(c.precision);
+  // Written only under DCP, so that every golden without it keeps its bytes.
+  if (c.dcp_size != 1 || c.dcp_interleave != 1 || c.dcp_indexer_mode != DcpIndexerMode::exact) {
+    j["dcp_size"] = c.dcp_size;
+    j["dcp_interleave"] = c.dcp_interleave;
+    j["dcp_indexer_mode"] = to_string(c.dcp_indexer_mode);
+  }
   j["name"] = c.name;
   return j.dump();
 }
@@ -146,6 +152,11 @@ Config config_from_json(const std::string& text) {
     c.kv_cache = parse_enum<KvCache>("kv_cache", required_string(j, "kv_cache"));
     c.rope_table = parse_enum<RopeTable>("rope_table", required_string(j, "rope_table"));
     c.precision = parse_enum<Precision>("precision", required_string(j, "precision"));
+    if (j.contains("dcp_size")) c.dcp_size = required_int(j, "dcp_size");
+    if (j.contains("dcp_interleave")) c.dcp_interleave = required_int(j, "dcp_interleave");
+    if (j.contains("dcp_indexer_mode"))
+      c.dcp_indexer_mode =
+          parse_enum<DcpIndexerMode>("dcp_indexer_mode", required_string(j, "dcp_indexer_mode"));
     c.validate();
   } catch (const ConfigError& e) {
     throw h5::GoldenError(std::string("config JSON: ") + e.what());

@@ -18,6 +18,8 @@ constexpr Names<KvCache, 2> kKvCache{
     {{KvCache::bf16, "bf16"}, {KvCache::fp8_ds_mla, "fp8_ds_mla"}}};
 constexpr Names<RopeTable, 2> kRopeTable{{{RopeTable::fp32, "fp32"}, {RopeTable::bf16, "bf16"}}};
 constexpr Names<Precision, 2> kPrecision{{{Precision::bf16, "bf16"}, {Precision::fp32, "fp32"}}};
+constexpr Names<DcpIndexerMode, 2> kDcpIndexerMode{
+    {{DcpIndexerMode::exact, "exact"}, {DcpIndexerMode::union_, "union"}}};
 
 template <class E, std::size_t N>
 std::string_view name_of(const Names<E, N>& names, E v) {
@@ -77,6 +79,9 @@ std::string_view to_string(RopeTable v) {
 std::string_view to_string(Precision v) {
   return name_of(kPrecision, v);
 }
+std::string_view to_string(DcpIndexerMode v) {
+  return name_of(kDcpIndexerMode, v);
+}
 
 template <>
 IndexerRope parse_enum<IndexerRope>(std::string_view f, std::string_view t) {
@@ -97,6 +102,10 @@ RopeTable parse_enum<RopeTable>(std::string_view f, std::string_view t) {
 template <>
 Precision parse_enum<Precision>(std::string_view f, std::string_view t) {
   return parse_in(kPrecision, f, t);
+}
+template <>
+DcpIndexerMode parse_enum<DcpIndexerMode>(std::string_view f, std::string_view t) {
+  return parse_in(kDcpIndexerMode, f, t);
 }
 
 void Config::validate() const {
@@ -147,6 +156,14 @@ void Config::validate() const {
           "index_topk_pattern", "letters must be F or S, got '" + index_topk_pattern + "'");
   require(index_topk_pattern.front() == 'F', "index_topk_pattern",
           "layer 0 must be F (it owns the first indexer), got '" + index_topk_pattern + "'");
+  require(dcp_size >= 1 && dcp_size <= kMaxDcpSize, "dcp_size",
+          "must be in [1, " + std::to_string(kMaxDcpSize) + "], got " + std::to_string(dcp_size));
+  require(dcp_interleave >= 1 && dcp_interleave <= kMaxConfigSize, "dcp_interleave",
+          "must be in [1, " + std::to_string(kMaxConfigSize) + "], got " +
+              std::to_string(dcp_interleave));
+  require(block_size % dcp_interleave == 0, "dcp_interleave",
+          "must divide block_size (vLLM refuses other layouts), got I = " +
+              std::to_string(dcp_interleave) + " with B = " + std::to_string(block_size));
 }
 
 double Config::softmax_scale() const {
@@ -160,6 +177,10 @@ Config Config::tp_shard(int tp) const {
   if (tp < 1 || num_heads % tp != 0)
     throw ConfigError("tp: " + std::to_string(tp) + " does not divide num_heads " +
                       std::to_string(num_heads));
+  if (tp % dcp_size != 0)
+    throw ConfigError("tp: " + std::to_string(tp) + " is not a multiple of dcp_size " +
+                      std::to_string(dcp_size) +
+                      " (a DCP group is dcp_size ranks of the tensor-parallel group)");
   Config c = *this;
   c.num_heads = num_heads / tp;
   return c;

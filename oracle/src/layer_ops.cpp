@@ -149,6 +149,8 @@ void norm_rope_cache(const LayerContext& ctx, LayerTensors& t, TopkRows& topk) {
     ctx.cache.index_scale[in.slots[r]] = t.kI_scale[r];
   }
   topk.setConstant(-1);
+  if (ctx.dcp)
+    for (TopkRows& rows : ctx.dcp->rows) rows.setConstant(-1);
 }
 
 void q_b_proj(const LayerContext& ctx, LayerTensors& t) {
@@ -220,6 +222,12 @@ void follow_topk(const LayerContext& ctx, const TopkRows& o, TopkRows& topk) {
                                     std::to_string(r) + ": index " + std::to_string(o(r, k)) +
                                     " outside [-1, p(t)]");
   topk.topRows(Ta) = o;
+  if (!ctx.dcp) return;
+  if (ctx.cfg.dcp_indexer_mode == DcpIndexerMode::union_)
+    throw std::invalid_argument("topk override for layer " + std::to_string(l) +
+                                ": one set per row cannot impose dcp_indexer_mode union's "
+                                "per-rank sets");
+  for (TopkRows& rows : ctx.dcp->rows) rows.topRows(Ta) = o;
 }
 
 }  // namespace
@@ -264,50 +272,117 @@ void indexer_topk(const LayerContext& ctx, const LayerTensors& t, TopkRows& topk
       }
     }
     for (int i = 0; i < g; ++i) {
-      const std::vector<int> sel = select_topk(scores[i], K);
-      for (int k = 0; k < K; ++k) topk(t0 + i, k) = sel[k];
+      if (!ctx.dcp) {
+        const std::vector<int> sel = select_topk(scores[i], K);
+        for (int k = 0; k < K; ++k) topk(t0 + i, k) = sel[k];
+        continue;
+      }
+      // Under DCP each rank scores its owned keys (the same scores); exact mode's merge gives
+      // every rank step 7's set, union mode each rank its own. The shared buffer holds rank 0's.
+      const DcpState& d = *ctx.dcp;
+      for (int rank = 0; rank < d.layout.world; ++rank) {
+        const std::vector<int> sel =
+            dcp_select_topk(scores[i], K, d.layout, c.dcp_indexer_mode, rank);
+        for (int k = 0; k < K; ++k) ctx.dcp->rows[rank](t0 + i, k) = sel[k];
+      }
+      topk.row(t0 + i) = d.rows[0].row(t0 + i);
     }
   });
 }
 
+namespace {
+
+/// Step 8 for row r over the keys at `slots` (in that order): olat (H L) and lse (H); nothing
+/// written when `slots` is empty (the caller's zeros and -inf stand).
+void attend(const LayerContext& ctx, const LayerTensors& t, int r,
+            const std::vector<std::int64_t>& slots, double* olat, double* lse) {
+  const Config& c = ctx.cfg;
+  const int H = c.num_heads, L = c.kv_lora_rank, dr = c.qk_rope_head_dim;
+  if (slots.empty()) return;
+  const Index n = static_cast<Index>(slots.size());
+  thread_local Mat kc, qt, z, ot;  // reused token to token
+  kc.resize(n, L + dr);
+  for (Index j = 0; j < n; ++j) kc.row(j) = ctx.cache.kv.row(slots[j]);
+  qt.resize(H, L + dr);
+  qt.leftCols(L) = ConstMap(&t.ql(r, 0), H, L);
+  qt.rightCols(dr) = ConstMap(&t.qR(r, 0), H, dr);
+  z.resize(H, n);
+  fixed::gemm_nt(z, qt, kc);
+  z *= c.softmax_scale();
+  Vec denom(H);
+  for (int hh = 0; hh < H; ++hh) {
+    double* zr = &z(hh, 0);
+    const double m = *std::max_element(zr, zr + n);
+    for (Index j = 0; j < n; ++j) zr[j] = std::exp(zr[j] - m);
+    denom[hh] = fixed::sum(zr, n);
+    lse[hh] = m + std::log(denom[hh]);
+  }
+  if (ctx.round) round_bf16_rows(z);  // P in bf16 before P*V
+  ot.resize(H, L);
+  fixed::gemm_nn(ot, z, kc.leftCols(L));
+  ot.array().colwise() /= denom.array();
+  Eigen::Map<Mat>(olat, H, L) = ot;
+}
+
+/// Step 8 under DCP: each rank's share of its row (its owned positions as local slots of its
+/// tables), its partial over them (read where the rank's cache holds the same entries), and the
+/// merge into t.olat / t.lse; the layer's DcpLayerTrace gets rows [0, Ta) of each.
+void sparse_mqa_dcp(const LayerContext& ctx, LayerTensors& t) {
+  const Config& c = ctx.cfg;
+  const StepInput& in = ctx.in;
+  DcpState& d = *ctx.dcp;
+  const int W = d.layout.world, Ta = in.num_tokens, H = c.num_heads, L = c.kv_lora_rank;
+  const int K = c.index_topk, B = c.block_size;
+  DcpLayerTrace& tr = *d.trace;
+  tr.rows.assign(W, IndexRows::Constant(Ta, K, -1));
+  tr.share.assign(W, IndexRows::Constant(Ta, K, -1));
+  tr.olat.assign(W, Mat::Zero(Ta, static_cast<Index>(H) * L));
+  tr.lse.assign(W, Mat::Constant(Ta, H, -std::numeric_limits<double>::infinity()));
+  parallel_for(Ta, [&](int r) {
+    const int req = in.request_of_token[r];
+    std::vector<const double*> part_olat, part_lse;
+    for (int rank = 0; rank < W; ++rank) {
+      std::vector<std::int64_t> slots;  // global slots of the same entries, for the read
+      int n = 0;
+      for (int k = 0; k < K; ++k) {
+        const int p = d.rows[rank](r, k);
+        tr.rows[rank](r, k) = p;
+        if (p < 0 || d.layout.owner(p) != rank) continue;
+        const std::int64_t l = d.layout.local(p);
+        const std::vector<int>& table = d.tables[rank][req];
+        tr.share[rank](r, n++) = std::int64_t{table.at(l / B)} * B + l % B;
+        slots.push_back(in.slot_of(req, p, B));
+      }
+      attend(ctx, t, r, slots, &tr.olat[rank](r, 0), &tr.lse[rank](r, 0));
+      if (ctx.round)  // each rank's olat in bf16
+        for (double& v : tr.olat[rank].row(r)) v = round_bf16(v);
+      part_olat.push_back(&tr.olat[rank](r, 0));
+      part_lse.push_back(&tr.lse[rank](r, 0));
+    }
+    dcp_merge_row(part_olat, part_lse, H, L, ctx.round, &t.olat(r, 0), &t.lse(r, 0));
+  });
+}
+
+}  // namespace
+
 void sparse_mqa(const LayerContext& ctx, const TopkRows& topk, LayerTensors& t) {
   const Config& c = ctx.cfg;
   const StepInput& in = ctx.in;
-  const int T = in.capture_size, H = c.num_heads, L = c.kv_lora_rank, dr = c.qk_rope_head_dim;
+  const int T = in.capture_size, H = c.num_heads, L = c.kv_lora_rank;
   const int K = c.index_topk, B = c.block_size;
-  const double sigma = c.softmax_scale();
   t.olat = Mat::Zero(T, static_cast<Index>(H) * L);
   t.lse = Mat::Constant(T, H, -std::numeric_limits<double>::infinity());
-  parallel_for(in.num_tokens, [&](int r) {
-    const int req = in.request_of_token[r];
-    std::vector<int> sel;
-    for (int k = 0; k < K; ++k)
-      if (topk(r, k) >= 0) sel.push_back(topk(r, k));
-    if (sel.empty()) return;
-    const Index n = static_cast<Index>(sel.size());
-    thread_local Mat kc, qt, z, ot;  // reused token to token
-    kc.resize(n, L + dr);
-    for (Index j = 0; j < n; ++j) kc.row(j) = ctx.cache.kv.row(in.slot_of(req, sel[j], B));
-    qt.resize(H, L + dr);
-    qt.leftCols(L) = ConstMap(&t.ql(r, 0), H, L);
-    qt.rightCols(dr) = ConstMap(&t.qR(r, 0), H, dr);
-    z.resize(H, n);
-    fixed::gemm_nt(z, qt, kc);
-    z *= sigma;
-    Vec denom(H);
-    for (int hh = 0; hh < H; ++hh) {
-      double* zr = &z(hh, 0);
-      const double m = *std::max_element(zr, zr + n);
-      for (Index j = 0; j < n; ++j) zr[j] = std::exp(zr[j] - m);
-      denom[hh] = fixed::sum(zr, n);
-      t.lse(r, hh) = m + std::log(denom[hh]);
-    }
-    if (ctx.round) round_bf16_rows(z);  // P in bf16 before P*V
-    ot.resize(H, L);
-    fixed::gemm_nn(ot, z, kc.leftCols(L));
-    ot.array().colwise() /= denom.array();
-    Eigen::Map<Mat>(&t.olat(r, 0), H, L) = ot;
-  });
+  if (ctx.dcp) {
+    sparse_mqa_dcp(ctx, t);
+  } else {
+    parallel_for(in.num_tokens, [&](int r) {
+      const int req = in.request_of_token[r];
+      std::vector<std::int64_t> slots;
+      for (int k = 0; k < K; ++k)
+        if (topk(r, k) >= 0) slots.push_back(in.slot_of(req, topk(r, k), B));
+      attend(ctx, t, r, slots, &t.olat(r, 0), &t.lse(r, 0));
+    });
+  }
   ctx.store(t.olat);
 }
 

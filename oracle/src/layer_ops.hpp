@@ -3,10 +3,21 @@
 // (layer_ops) in order through run_op.
 #pragma once
 
+#include "dsv32/oracle/dcp.hpp"
 #include "dsv32/oracle/oracle.hpp"
 #include "dsv32/oracle/rope.hpp"
 
 namespace dsv32::detail {
+
+/// A forward under DCP (MATH.md, context-parallel shards): every rank's top-k buffer (shared by
+/// the layers like the unsharded one), the ranks' block tables of the step's requests, and the
+/// layer trace being written.
+struct DcpState {
+  DcpLayout layout;
+  std::vector<TopkRows> rows;                         // [rank] (T, K) global positions
+  std::vector<std::vector<std::vector<int>>> tables;  // [rank][request] block ids
+  DcpLayerTrace* trace = nullptr;                     // the current layer's
+};
 
 /// What every op of one layer reads: the config, the layer's weights and caches, the step.
 struct LayerContext {
@@ -18,7 +29,8 @@ struct LayerContext {
   const StepOptions& opts;
   const Rope& rope;
   int layer;
-  bool round;  // bf16 at every bf16 storage point (emulated mode, bf16 precision)
+  bool round;               // bf16 at every bf16 storage point (emulated mode, bf16 precision)
+  DcpState* dcp = nullptr;  // the ranks' state under DCP, else null
 
   /// RoPE's position of row t (shifted only by the metamorphic-test hook); slots use p(t).
   int rope_pos(int t) const { return in.positions[t] + opts.rope_position_offset; }

@@ -203,11 +203,26 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
   load_given(in);
   Mat h = in.hidden;
   TopkRows topk = TopkRows::Constant(T, c.index_topk, -1);  // shared by the layers of a forward
+  std::optional<detail::DcpState> dcp;
+  if (c.dcp_size > 1 || opts.dcp_path) {
+    dcp.emplace();
+    dcp->layout = DcpLayout::of(c);
+    dcp->rows.assign(c.dcp_size, topk);
+    for (int rank = 0; rank < c.dcp_size; ++rank) {
+      auto& tables = dcp->tables.emplace_back();
+      for (const RequestStep& r : in.requests)
+        tables.push_back(
+            dcp_block_table(r.block_table, r.seq_len(), c, opts.dcp_tables, num_blocks_, rank));
+    }
+  }
   StepTrace trace;
   Laps lap(opts.profile);
   for (int l = 0; l < c.num_layers; ++l) {
-    const detail::LayerContext ctx{c, w_->layers[l], indexer_kw_[l], caches_[l], in, opts, rope_,
-                                   l, rounds_bf16()};
+    LayerTrace lt;
+    if (dcp) dcp->trace = &lt.dcp.emplace();
+    const detail::LayerContext ctx{
+        c, w_->layers[l], indexer_kw_[l],       caches_[l], in, opts, rope_,
+        l, rounds_bf16(), dcp ? &*dcp : nullptr};
     detail::LayerTensors t;
     for (const Op op : layer_ops(c, l)) {
       detail::run_op(op, ctx, t, h, topk);
@@ -215,7 +230,6 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     }
 
     // The layer's stages, in the stage table's order, rows [0, Ta).
-    LayerTrace lt;
     lap.trace([&] {
       const Mat kI_scale = Eigen::Map<const Mat>(t.kI_scale.data(), t.kI_scale.size(), 1);
       const Mat topk_values = topk.cast<double>();

@@ -166,6 +166,14 @@ TEST(CaseFiles, BadFilesAreRefusedNamingTheField) {
            )" +
            ok_steps + "}",
        "bad.json: weights.zero_index_key_rope[0]: layer 1 is an S layer (no index keys)"},
+      {with(R"({"preset": "tiny", "block_size": 64, "dcp_size": 2, "dcp_interleave": 48})",
+            ok_steps),
+       "bad.json: config: config field 'dcp_interleave': must divide block_size"},
+      {with(R"({"preset": "tiny", "dcp_size": 2, "decode_context_parallel_size": 2})", ok_steps),
+       "bad.json: config.decode_context_parallel_size: give dcp_size or "
+       "decode_context_parallel_size, not both"},
+      {with(R"({"preset": "tiny", "dcp_indexer_mode": "both"})", ok_steps),
+       "config field 'dcp_indexer_mode': unknown value 'both' (expected exact|union)"},
       {R"({"name": "x", "config": {"preset": "tiny"}, "require": ["pruned=>1"], )" + ok_steps + "}",
        "bad.json: require[0]: pruned=>1: comparison => (one of >=, >, <=, <, ==)"},
   };
@@ -175,6 +183,25 @@ TEST(CaseFiles, BadFilesAreRefusedNamingTheField) {
   }
   const std::string why = refusal(with(R"({"hf_config": "/no/such/config.json"})", ok_steps));
   EXPECT_NE(why.find("/no/such/config.json: no such file"), std::string::npos) << why;
+}
+
+TEST(CaseFiles, DcpTakesOurNamesOrVllmsEngineArguments) {
+  const auto cfg_of = [](const std::string& config) {
+    return golden::case_from_json(R"({"name": "x", "config": )" + config +
+                                      R"(, "steps": [{"requests": [{"id": 0, "new_tokens": 3}]}]})",
+                                  "dcp.json")
+        .cfg;
+  };
+  const Config ours = cfg_of(
+      R"({"preset": "tiny", "block_size": 64, "dcp_size": 4, "dcp_interleave": 64,
+          "dcp_indexer_mode": "union"})");
+  const Config vllms = cfg_of(
+      R"({"preset": "tiny", "block_size": 64, "decode_context_parallel_size": 4,
+          "cp_kv_cache_interleave_size": 64, "dcp_indexer_mode": "union"})");
+  EXPECT_EQ(ours.dcp_size, 4);
+  EXPECT_EQ(ours.dcp_interleave, 64);
+  EXPECT_EQ(ours.dcp_indexer_mode, DcpIndexerMode::union_);
+  EXPECT_EQ(ours, vllms);
 }
 
 TEST(CaseFiles, AClaimTheCaseDoesNotMeetIsRefusedWhenItIsGenerated) {

@@ -427,7 +427,15 @@ TEST(GoldenConfig, JsonRoundTripsEveryPreset) {
   for (const std::string& name : preset_names()) {
     const Config c = preset(name);
     EXPECT_EQ(golden::config_from_json(golden::config_to_json(c)), c) << name;
+    // DCP's keys appear only under DCP, so files without it keep their bytes.
+    EXPECT_EQ(golden::config_to_json(c).find("dcp"), std::string::npos) << name;
   }
+  Config dcp = preset("tiny");
+  dcp.block_size = 64;
+  dcp.dcp_size = 8;
+  dcp.dcp_interleave = 64;
+  dcp.dcp_indexer_mode = DcpIndexerMode::union_;
+  EXPECT_EQ(golden::config_from_json(golden::config_to_json(dcp)), dcp);
   EXPECT_THROW(golden::config_from_json("{"), h5::GoldenError);
 }
 

@@ -24,12 +24,17 @@ enum class KvCache { bf16, fp8_ds_mla };
 enum class RopeTable { fp32, bf16 };
 /// Storage precision of activations (bf16 = deployed; fp32 = tight comparisons).
 enum class Precision { bf16, fp32 };
+/// How decode-context-parallel ranks select keys (MATH.md, context-parallel shards): `exact`
+/// (vLLM's default) one global top-k that every rank holds; `union_` ("union") each rank its
+/// own top-k of the keys it owns.
+enum class DcpIndexerMode { exact, union_ };
 
 std::string_view to_string(IndexerRope v);
 std::string_view to_string(Hadamard v);
 std::string_view to_string(KvCache v);
 std::string_view to_string(RopeTable v);
 std::string_view to_string(Precision v);
+std::string_view to_string(DcpIndexerMode v);
 /// Parses the names of MATH.md (e.g. "neox", "fp8_ds_mla"); throws ConfigError naming `field`.
 template <class E>
 E parse_enum(std::string_view field, std::string_view text);
@@ -49,6 +54,7 @@ struct Yarn {
 /// 128 heads), so that no product of sizes overflows and no absurd config reaches an allocation.
 inline constexpr int kMaxConfigLayers = 1024;
 inline constexpr int kMaxConfigSize = 1 << 20;  // any one size: D, H, ranks, head dims, K, B
+inline constexpr int kMaxDcpSize = 64;          // DCP ranks (vLLM deploys 2 to 8)
 
 /// Every field and switch of MATH.md section 1, with Hugging Face style names.
 struct Config {
@@ -75,6 +81,11 @@ struct Config {
   KvCache kv_cache = KvCache::bf16;
   RopeTable rope_table = RopeTable::fp32;
   Precision precision = Precision::bf16;
+  /// Decode context parallelism (vLLM's decode_context_parallel_size, cp_kv_cache_interleave_size):
+  /// the keys of a request spread over dcp_size ranks in runs of dcp_interleave positions.
+  int dcp_size = 1;
+  int dcp_interleave = 1;  // must divide block_size (vLLM refuses other layouts)
+  DcpIndexerMode dcp_indexer_mode = DcpIndexerMode::exact;
 
   bool operator==(const Config&) const = default;
 
@@ -91,6 +102,7 @@ struct Config {
   /// Floats in one MLA cache entry: latent then rope part.
   int kv_entry_dim() const { return kv_lora_rank + qk_rope_head_dim; }
   /// A copy with num_heads restricted to one of `tp` equal shards (the indexer is replicated).
+  /// Under DCP, tp must be a multiple of dcp_size (a DCP group is dcp_size ranks of the TP group).
   Config tp_shard(int tp) const;
 };
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/dcp.hpp"
 #include "dsv32/oracle/ops.hpp"
 #include "dsv32/oracle/rope.hpp"
 #include "dsv32/oracle/scenario.hpp"
@@ -24,6 +25,7 @@ std::string_view to_string(Mode m);
 /// Named stage tensors of one layer, rows [0, T_a), in op order.
 struct LayerTrace {
   std::vector<Tensor> tensors;
+  std::optional<DcpLayerTrace> dcp;  // the ranks' rows, shares and partials under DCP
   const Tensor* find(Stage stage) const;
   const Tensor& at(Stage stage) const;  // throws std::out_of_range naming it
   const Tensor* find(std::string_view name) const;
@@ -58,6 +60,11 @@ struct StepOptions {
   /// in group order, of each group's partial product, each stored (bf16 in `emulated` mode) before
   /// the sum is stored: the rounding points of a TP group. 1: the unsharded product.
   int o_proj_ranks = 1;
+  /// Runs sparse attention as DCP ranks even at dcp_size 1 (which must give the unsharded bits);
+  /// dcp_size > 1 always does.
+  bool dcp_path = false;
+  /// The ranks' block tables under DCP (vLLM's shared ids, or different ids per rank).
+  DcpTables dcp_tables = DcpTables::shared;
 
   /// Options that impose the F layers' sets of `trace` (e.g. T1 follows T0's sets, so that
   /// T1 - T0 measures rounding only and not a different selection near a tie).
