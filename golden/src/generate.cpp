@@ -39,9 +39,22 @@ void round_to_storage(const Config& cfg, std::vector<StepTrace>& steps) {
           : dt == DType::bfloat16 ? round_bf16(v)
                                   : v;
   };
+  const auto round_as = [&](Mat& m, Stage s) {
+    if (storage_dtype(cfg, s) == DType::float32)
+      for (double& v : m.reshaped<Eigen::RowMajor>())
+        v = static_cast<double>(static_cast<float>(v));
+    else if (storage_dtype(cfg, s) == DType::bfloat16)
+      for (double& v : m.reshaped<Eigen::RowMajor>()) v = round_bf16(v);
+  };
   for (StepTrace& st : steps) {
-    for (LayerTrace& lt : st.layers)
+    for (LayerTrace& lt : st.layers) {
       for (Tensor& t : lt.tensors) round(t);
+      if (lt.dcp)
+        for (std::size_t r = 0; r < lt.dcp->olat.size(); ++r) {
+          round_as(lt.dcp->olat[r], Stage::olat);
+          round_as(lt.dcp->lse[r], Stage::lse);
+        }
+    }
     round(st.output);
   }
 }
@@ -94,6 +107,8 @@ GoldenCase generate(const CaseSpec& spec, const std::string& generator,
   for (int s = 0; s < n; ++s) {
     const StepPlan& p = spec.steps[s];
     StepInput in = builder.step(p.requests, p.capture_size, Poison::nan);
+    if (spec.cfg.dcp_size > 1)  // a golden states each rank's tables
+      in.dcp_tables = dcp_tables(in, spec.cfg, spec.dcp_tables, spec.num_blocks);
     oracles.step(spec.cfg, in, c.expected, c.emulated);
     if (!spec.require.empty()) count(oracles.exact, spec.cfg, in, c.expected.back(), coverage);
     c.steps.push_back(std::move(in));

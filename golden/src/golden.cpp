@@ -38,6 +38,7 @@ void write_trace(const h5::Group& g, const Config& cfg, const StepTrace& tr, boo
       lg.write(as(t, trace_dtype(cfg, stage_info(t.name).stage, exact)));
       if (tick) tick();
     }
+    if (cfg.dcp_size > 1) detail::write_dcp_layer(lg, cfg, tr.layers[l].dcp.value(), exact);
   }
   g.write(as(tr.output, trace_dtype(cfg, Stage::output, exact)));
   if (tick) tick();
@@ -113,6 +114,7 @@ h5::File build(const std::string& path, const GoldenCase& c, const std::function
     ig.write(ints("q_len", q, {R}));
     ig.write(ints("request_id", ids, {R}));
     ig.write(ints("block_table", table, {R, static_cast<std::int64_t>(max_blocks)}));
+    if (c.cfg.dcp_size > 1) detail::write_dcp_tables(ig, in);
     write_trace(st.child("expected", true), c.cfg, c.expected[s], true, tick);
     write_trace(st.child("emulated", true), c.cfg, c.emulated[s], false, tick);
   }

@@ -7,6 +7,7 @@
 
 #include "dsv32/golden/h5.hpp"
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/dcp.hpp"
 #include "dsv32/oracle/scenario.hpp"
 #include "dsv32/oracle/stages.hpp"
 #include "dsv32/oracle/tensor.hpp"
@@ -38,6 +39,16 @@ namespace detail {
 bool has_prefixes(const GoldenCase& c);
 /// Writes the given prefixes of `c`'s steps under /prefix (prefix_io.cpp).
 void write_prefixes(const h5::Group& root, const GoldenCase& c);
+/// Under DCP (dcp_io.cpp): each rank's block tables of a step as `inputs/rank{r}/block_table`
+/// (R, max blocks, -1 padded), and each rank's stages of a layer as `layer{l}/rank{r}/` `topk`,
+/// `share` (T_a, K) int32, `olat` (T_a, H, Lkv), `lse` (T_a, H).
+void write_dcp_tables(const h5::Group& inputs, const StepInput& in);
+/// Reads and checks (check_dcp_tables) every rank's tables into in.dcp_tables.
+void read_dcp_tables(const h5::Group& inputs, const Config& cfg, StepInput& in, int num_blocks);
+void write_dcp_layer(const h5::Group& layer, const Config& cfg, const DcpLayerTrace& d, bool exact);
+/// Every rank's stages; finite but for -inf in the lse of a row whose share is empty.
+DcpLayerTrace read_dcp_layer(const h5::Group& layer, const Config& cfg, std::int64_t Ta,
+                             bool exact);
 /// Reads /prefix (when present) and attaches each given prefix to the step where its request
 /// first appears; refuses a request that first appears with a context and no prefix of that
 /// length, and a prefix that no step starts, naming the dataset.

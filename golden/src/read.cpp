@@ -374,6 +374,16 @@ GoldenCase read_here(const std::string& path, const ReadLimits& limits) {
     const std::int64_t Ta = in.num_tokens;
     c.expected.push_back(read_trace(st.child("expected", false), cfg, Ta, true));
     c.emulated.push_back(read_trace(st.child("emulated", false), cfg, Ta, false));
+    if (cfg.dcp_size > 1) {
+      detail::read_dcp_tables(st.child("inputs", false), cfg, in, c.num_blocks);
+      for (const auto& [trace, exact] :
+           {std::pair{&c.expected.back(), true}, std::pair{&c.emulated.back(), false}})
+        for (int l = 0; l < cfg.num_layers; ++l)
+          trace->layers[l].dcp =
+              detail::read_dcp_layer(st.child(exact ? "expected" : "emulated", false)
+                                         .child("layer" + std::to_string(l), false),
+                                     cfg, Ta, exact);
+    }
     c.steps.push_back(std::move(in));
   }
   detail::read_prefixes(root, cfg, c.steps, c.num_blocks);

@@ -32,6 +32,49 @@ std::vector<int> dcp_block_table(const std::vector<int>& request_table, int seq_
   return out;
 }
 
+std::vector<std::vector<std::vector<int>>> dcp_tables(const StepInput& in, const Config& cfg,
+                                                      DcpTables tables, int num_blocks) {
+  std::vector<std::vector<std::vector<int>>> out(cfg.dcp_size);
+  for (int rank = 0; rank < cfg.dcp_size; ++rank)
+    for (const RequestStep& r : in.requests)
+      out[rank].push_back(
+          dcp_block_table(r.block_table, r.seq_len(), cfg, tables, num_blocks, rank));
+  return out;
+}
+
+void check_dcp_tables(const StepInput& in, const Config& cfg,
+                      const std::vector<std::vector<std::vector<int>>>& tables, int num_blocks) {
+  const DcpLayout lay = DcpLayout::of(cfg);
+  const auto fail = [](const std::string& why) { throw ScenarioError("DCP block tables: " + why); };
+  if (static_cast<int>(tables.size()) != cfg.dcp_size)
+    fail(std::to_string(tables.size()) + " ranks, the config has dcp_size " +
+         std::to_string(cfg.dcp_size));
+  for (int rank = 0; rank < cfg.dcp_size; ++rank) {
+    if (tables[rank].size() != in.requests.size())
+      fail("rank " + std::to_string(rank) + " has " + std::to_string(tables[rank].size()) +
+           " tables for " + std::to_string(in.requests.size()) + " requests");
+    std::vector<int> holder(num_blocks, -1);  // the request holding each id on this rank
+    for (std::size_t r = 0; r < in.requests.size(); ++r) {
+      const std::string who =
+          "rank " + std::to_string(rank) + " request " + std::to_string(in.requests[r].id);
+      const std::int64_t owned = lay.owned(in.requests[r].seq_len(), rank);
+      const std::int64_t need = (owned + cfg.block_size - 1) / cfg.block_size;
+      if (static_cast<std::int64_t>(tables[rank][r].size()) < need)
+        fail(who + ": " + std::to_string(tables[rank][r].size()) + " blocks, its " +
+             std::to_string(owned) + " owned positions need " + std::to_string(need));
+      for (int id : tables[rank][r]) {
+        if (id < 0 || id >= num_blocks)
+          fail(who + ": block id " + std::to_string(id) + " outside [0, " +
+               std::to_string(num_blocks) + ")");
+        if (holder[id] >= 0 && holder[id] != static_cast<int>(r))
+          fail(who + ": block id " + std::to_string(id) + " is also request " +
+               std::to_string(in.requests[holder[id]].id) + "'s");
+        holder[id] = static_cast<int>(r);
+      }
+    }
+  }
+}
+
 std::vector<int> dcp_select_topk(const std::vector<double>& scores, int K, const DcpLayout& lay,
                                  DcpIndexerMode mode, int rank) {
   const int n = static_cast<int>(scores.size());

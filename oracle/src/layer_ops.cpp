@@ -210,7 +210,8 @@ void fused_q(const LayerContext& ctx, LayerTensors& t) {
 namespace {
 
 /// topk rows [0, Ta) from the caller's override, checked against [-1, p(t)].
-void follow_topk(const LayerContext& ctx, const TopkRows& o, TopkRows& topk) {
+/// Refuses imposed rows of the wrong shape or with an index outside [-1, p(t)].
+void check_override(const LayerContext& ctx, const TopkRows& o) {
   const int Ta = ctx.in.num_tokens, K = ctx.cfg.index_topk, l = ctx.layer;
   if (o.rows() != Ta || o.cols() != K)
     throw std::invalid_argument("topk override for layer " + std::to_string(l) +
@@ -221,6 +222,11 @@ void follow_topk(const LayerContext& ctx, const TopkRows& o, TopkRows& topk) {
         throw std::invalid_argument("topk override layer " + std::to_string(l) + " row " +
                                     std::to_string(r) + ": index " + std::to_string(o(r, k)) +
                                     " outside [-1, p(t)]");
+}
+
+void follow_topk(const LayerContext& ctx, const TopkRows& o, TopkRows& topk) {
+  const int Ta = ctx.in.num_tokens, l = ctx.layer;
+  check_override(ctx, o);
   topk.topRows(Ta) = o;
   if (!ctx.dcp) return;
   if (ctx.cfg.dcp_indexer_mode == DcpIndexerMode::union_)
@@ -230,10 +236,27 @@ void follow_topk(const LayerContext& ctx, const TopkRows& o, TopkRows& topk) {
   for (TopkRows& rows : ctx.dcp->rows) rows.topRows(Ta) = o;
 }
 
+/// Under DCP, each rank's rows imposed (`union` mode's own sets), each checked as follow_topk
+/// checks one; the shared buffer gets rank 0's.
+void follow_dcp_topk(const LayerContext& ctx, const std::vector<TopkRows>& rows, TopkRows& topk) {
+  if (static_cast<int>(rows.size()) != ctx.dcp->layout.world)
+    throw std::invalid_argument("DCP topk override for layer " + std::to_string(ctx.layer) + ": " +
+                                std::to_string(rows.size()) + " ranks, dcp_size " +
+                                std::to_string(ctx.dcp->layout.world));
+  for (std::size_t rank = 0; rank < rows.size(); ++rank) {
+    check_override(ctx, rows[rank]);
+    ctx.dcp->rows[rank].topRows(ctx.in.num_tokens) = rows[rank];
+  }
+  topk.topRows(ctx.in.num_tokens) = rows[0];
+}
+
 }  // namespace
 
 void indexer_topk(const LayerContext& ctx, const LayerTensors& t, TopkRows& topk) {
   if (!full(ctx)) return;
+  const auto& per_rank = ctx.opts.dcp_topk_override;
+  if (ctx.dcp && static_cast<int>(per_rank.size()) > ctx.layer && !per_rank[ctx.layer].empty())
+    return follow_dcp_topk(ctx, per_rank[ctx.layer], topk);
   const auto& overrides = ctx.opts.topk_override;
   if (static_cast<int>(overrides.size()) > ctx.layer && overrides[ctx.layer])
     return follow_topk(ctx, *overrides[ctx.layer], topk);

@@ -119,6 +119,10 @@ StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace, bool 
   for (int l = 0; l < cfg.num_layers; ++l)
     if (cfg.is_full_layer(l) && trace.layers.at(l).find(Stage::topk))
       o.topk_override[l] = topk_rows(trace.layers.at(l));
+  o.dcp_topk_override.resize(cfg.num_layers);
+  for (int l = 0; l < cfg.num_layers; ++l)
+    if (const LayerTrace& lt = trace.layers.at(l); cfg.is_full_layer(l) && lt.dcp)
+      for (const IndexRows& rows : lt.dcp->rows) o.dcp_topk_override[l].push_back(rows.cast<int>());
   if (cache_codes && cfg.kv_cache == KvCache::fp8_ds_mla) {
     o.latent_override.resize(cfg.num_layers);
     for (int l = 0; l < cfg.num_layers; ++l) {
@@ -208,12 +212,9 @@ StepTrace Oracle::step(const StepInput& in, const StepOptions& opts) {
     dcp.emplace();
     dcp->layout = DcpLayout::of(c);
     dcp->rows.assign(c.dcp_size, topk);
-    for (int rank = 0; rank < c.dcp_size; ++rank) {
-      auto& tables = dcp->tables.emplace_back();
-      for (const RequestStep& r : in.requests)
-        tables.push_back(
-            dcp_block_table(r.block_table, r.seq_len(), c, opts.dcp_tables, num_blocks_, rank));
-    }
+    dcp->tables =
+        in.dcp_tables.empty() ? dcp_tables(in, c, opts.dcp_tables, num_blocks_) : in.dcp_tables;
+    check_dcp_tables(in, c, dcp->tables, num_blocks_);
   }
   StepTrace trace;
   Laps lap(opts.profile);

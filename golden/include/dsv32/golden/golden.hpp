@@ -115,10 +115,11 @@ struct CaseSpec {
   std::uint64_t seed = 1;
   int num_blocks = 64;
   std::vector<StepPlan> steps;
-  bool committed = true;                 // small enough for fixtures/
-  std::map<int, HiddenShape> hidden;     // request id -> how its hidden rows repeat
-  std::vector<int> zero_index_key_rope;  // F layers whose index keys have no rotary part
-  std::vector<std::string> require;      // what the case claims to exercise (COVERAGE.md)
+  bool committed = true;                     // small enough for fixtures/
+  std::map<int, HiddenShape> hidden;         // request id -> how its hidden rows repeat
+  std::vector<int> zero_index_key_rope;      // F layers whose index keys have no rotary part
+  std::vector<std::string> require;          // what the case claims to exercise (COVERAGE.md)
+  DcpTables dcp_tables = DcpTables::shared;  // under DCP: vLLM's shared ids, or per-rank ids
 };
 
 /// The registry (GOLDEN.md / issue 4 coverage), in a fixed order.

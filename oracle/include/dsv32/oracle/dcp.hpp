@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dsv32/oracle/config.hpp"
+#include "dsv32/oracle/scenario.hpp"
 #include "dsv32/oracle/tensor.hpp"
 
 namespace dsv32 {
@@ -42,6 +43,15 @@ enum class DcpTables { shared, distinct };
 /// 0..ceil(owned / B) - 1 of its seq_len positions.
 std::vector<int> dcp_block_table(const std::vector<int>& request_table, int seq_len,
                                  const Config& cfg, DcpTables tables, int num_blocks, int rank);
+
+/// dcp_block_table for every rank and request of `in`, [rank][request].
+std::vector<std::vector<std::vector<int>>> dcp_tables(const StepInput& in, const Config& cfg,
+                                                      DcpTables tables, int num_blocks);
+/// Refuses (ScenarioError naming the rank and request) tables that are not one per rank and
+/// request, hold an id outside [0, num_blocks), share an id between two requests of one rank, or
+/// are too short for the request's owned positions.
+void check_dcp_tables(const StepInput& in, const Config& cfg,
+                      const std::vector<std::vector<std::vector<int>>>& tables, int num_blocks);
 
 /// Int rows, -1 where empty (top-k rows of global positions; shares of local slots).
 using IndexRows = Eigen::Matrix<std::int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

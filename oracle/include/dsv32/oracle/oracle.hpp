@@ -48,6 +48,9 @@ struct Profile {
 using TopkRows = Eigen::Matrix<int, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 struct StepOptions {
   std::vector<std::optional<TopkRows>> topk_override;  // indexed by layer; empty: own sets
+  /// Under DCP, indexed by layer then rank: each rank's rows (`union` mode's own sets; under
+  /// `exact` topk_override is enough); takes precedence over topk_override.
+  std::vector<std::vector<TopkRows>> dcp_topk_override;
   /// Indexed by layer: (T_a, Lkv) latent values to store in the cache for the real rows in place
   /// of this run's own (fp8_ds_mla: follow another run's cache codes); the trace's `c` stays
   /// this run's own.

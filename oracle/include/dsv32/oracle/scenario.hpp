@@ -35,6 +35,10 @@ struct StepInput {
   /// Given prefixes (GOLDEN.md) of requests that first appear in this step with ctx_len equal
   /// to the prefix's length: their cache entries are stored before the step runs.
   std::vector<std::shared_ptr<const GivenPrefix>> given;
+  /// Under DCP (MATH.md): each rank's block table of each request, [rank][request], local
+  /// block b of the request on that rank; empty: derived from `requests`' tables
+  /// (StepOptions::dcp_tables).
+  std::vector<std::vector<std::vector<int>>> dcp_tables;
 
   // Derived by derive():
   int num_tokens = 0;                 // T_a
