@@ -29,6 +29,21 @@ std::vector<StageDiff> diff_traces(const Config& cfg, const std::vector<StepTrac
                                    const std::vector<StepTrace>& t0,
                                    const std::vector<StepTrace>& t1);
 
+/// The base of a candidate's LSEs (goldens: natural log; MATH.md).
+enum class LseBase { e, two };
+
+/// A DCP candidate's ranks (MATH.md, context-parallel shards), for every layer where both the
+/// candidate and T0 have them: `rank{r}/topk` and `rank{r}/share` as sets per row, `rank{r}/lse`
+/// and `rank{r}/olat` through the stage gates over the rows where T0's share is not empty (there
+/// the lse may be -inf or +inf, never NaN, and the olat is not judged), and `merge`: no NaN in
+/// the merged olat of a row some rank owns none of. A failure of a known class says so in its
+/// note: union where exact was asked, ranks that disagree, global positions read as local
+/// slots, an LSE in the other base, a NaN from an empty rank. `steps` give the ranks' tables.
+std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>& steps,
+                                const std::vector<StepTrace>& candidate,
+                                const std::vector<StepTrace>& t0, const std::vector<StepTrace>& t1,
+                                LseBase base = LseBase::e);
+
 /// A stage that is judged only together with another (TESTING.md): `qI8` and `omega` with
 /// `qI_scale`, `kI8` with `kI_scale`; a scale only through its codes (`qI_scale` through `qI8`
 /// or `omega`, `kI_scale` through `kI8`). Why one of `layer`'s stages, given alone, could not be
