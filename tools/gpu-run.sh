@@ -38,14 +38,14 @@ logged() {
 } | tee "$out/source.txt"
 logged "$out/build.log" cmake --preset gpu
 logged "$out/build.log" cmake --build --preset gpu -j "$jobs"
-# Four single-GPU tests share a GPU at a time, each with its share of the host's cores; a
+# Eight single-GPU tests share a GPU at a time, each with its share of the host's cores; a
 # tensor-parallel test takes whole GPUs.
 export NCCL_NVLS_ENABLE=0
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-logged "$out/build.log" ./build/gpu/tools/dsv32 resource-spec --slots-per-gpu 4
+logged "$out/build.log" ./build/gpu/tools/dsv32 resource-spec --slots-per-gpu 8
 export DSV32_GPU_BINDING_LOG="$out/gpu-binding.log"
 : >"$DSV32_GPU_BINDING_LOG"
-logged "$out/ctest-gpu.log" ctest --preset gpu -j "$((4 * (gpus > 0 ? gpus : 1)))" \
+logged "$out/ctest-gpu.log" ctest --preset gpu -j "$((8 * (gpus > 0 ? gpus : 1)))" \
   --resource-spec-file "$PWD/build/gpu/ctest-resources.json" --output-junit "$out/ctest-gpu.xml"
 unset DSV32_GPU_BINDING_LOG
 echo "== GPU tests per device (CUDA_VISIBLE_DEVICES each test process got):" | tee -a "$out/ctest-gpu.log"

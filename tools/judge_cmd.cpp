@@ -50,8 +50,9 @@ int run(const JudgeOptions& o) {
   fmt::print(stderr, "  judging {} step(s) of {} against case {}\n", cand.size(), o.candidate,
              gc.case_id);
   // The weights move to the judge's oracles (at DSv3.2 sizes a copy is 1.6 GB of doubles).
+  const LseBase base = golden::read_candidate_lse_base(o.candidate, limits);
   const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(std::move(gc.weights)),
-                            gc.num_blocks, gc.steps, cand, o.tp, /*partial=*/true);
+                            gc.num_blocks, gc.steps, cand, o.tp, /*partial=*/true, base);
   // The stages in trace order, each once.
   std::vector<StageLine> lines;
   std::map<std::string, std::size_t> at;

@@ -17,7 +17,7 @@ namespace {
 
 struct ResourceSpecOptions {
   std::string out = DSV32_RESOURCE_SPEC;
-  int slots = 4;  // the GPU suite's best on one H200 (docs/DECISIONS.md, "The GPU suite's time")
+  int slots = 8;  // the GPU suite's best on one H100 (docs/DECISIONS.md, "The GPU suite's time")
 };
 
 int run(const ResourceSpecOptions& o) {

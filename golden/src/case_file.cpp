@@ -385,11 +385,21 @@ CaseSpec case_from_json(const std::string& text, const std::string& where, const
   }
   if (root.has("cache")) {
     const At cache = root["cache"];
-    cache.object({"num_blocks", "allocation"});
+    cache.object({"num_blocks", "allocation", "dcp_tables"});
     if (cache.has("num_blocks"))
       spec.num_blocks = static_cast<int>(cache["num_blocks"].integer(1, lim.max_blocks));
     if (cache.has("allocation") && cache["allocation"].text() != "permuted")
       cache["allocation"].fail("only 'permuted' (blocks in a seeded random order) is supported");
+    if (cache.has("dcp_tables")) {
+      // Under DCP: vLLM's layout (every rank the same block ids) or different ids per rank.
+      const std::string t = cache["dcp_tables"].text();
+      if (t != "shared" && t != "distinct")
+        cache["dcp_tables"].fail(
+            "expected 'shared' (vLLM's: every rank the same block ids) or "
+            "'distinct', got '" +
+            t + "'");
+      spec.dcp_tables = t == "shared" ? DcpTables::shared : DcpTables::distinct;
+    }
   }
   // The steps, simulated: who is live, their contexts, the blocks they hold.
   const At steps = root["steps"];

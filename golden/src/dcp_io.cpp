@@ -2,9 +2,11 @@
 // each rank's stages of a layer under `layer{l}/rank{r}/`.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "dsv32/oracle/dcp.hpp"
+#include "dsv32/oracle/trace_diff.hpp"
 #include "layout.hpp"
 
 namespace dsv32::golden::detail {
@@ -126,6 +128,44 @@ DcpLayerTrace read_dcp_layer(const h5::Group& layer, const Config& cfg, std::int
     d.lse.emplace_back(Eigen::Map<const Mat>(lse.data.data(), Ta, H));
   }
   return d;
+}
+
+std::optional<DcpLayerTrace> read_candidate_dcp_layer(const h5::Group& layer, const Config& cfg,
+                                                      std::int64_t Ta) {
+  int present = 0;
+  for (int rank = 0; rank < cfg.dcp_size; ++rank) present += layer.has(rank_name(rank)) ? 1 : 0;
+  if (present == 0) return std::nullopt;  // the merge alone
+  DcpLayerTrace d;
+  const Shape rows{Ta, cfg.index_topk};
+  for (int rank = 0; rank < cfg.dcp_size; ++rank) {
+    if (!layer.has(rank_name(rank)))
+      throw h5::GoldenError(layer.where(rank_name(rank)) +
+                            ": missing group (a candidate gives "
+                            "every rank's stages or none)");
+    const h5::Group g = layer.child(rank_name(rank), false);
+    for (const std::string& member : g.names())
+      if (member != "topk" && member != "share" && member != "olat" && member != "lse")
+        throw h5::GoldenError(g.where(member) +
+                              ": unknown member of a rank (topk, share, olat, lse)");
+    d.rows.push_back(index_rows(g.read("topk", DType::int32, rows)));
+    d.share.push_back(index_rows(g.read("share", DType::int32, rows)));
+    // Any float dtype; NaN and infinities are the judge's to name (an empty rank's lse).
+    const Tensor olat = g.read("olat", g.dtype("olat"), stage_shape(cfg, Stage::olat, Ta));
+    const Tensor lse = g.read("lse", g.dtype("lse"), stage_shape(cfg, Stage::lse, Ta));
+    d.olat.emplace_back(Eigen::Map<const Mat>(olat.data.data(), Ta,
+                                              std::int64_t{cfg.num_heads} * cfg.kv_lora_rank));
+    d.lse.emplace_back(Eigen::Map<const Mat>(lse.data.data(), Ta, cfg.num_heads));
+  }
+  return d;
+}
+
+LseBase read_lse_base(const h5::Group& root) {
+  if (!root.has_attr("lse_base")) return LseBase::e;
+  const std::string b = root.attr_string("lse_base");
+  if (b == "e") return LseBase::e;
+  if (b == "2") return LseBase::two;
+  throw h5::GoldenError(root.where() + ": attribute lse_base = '" + b +
+                        "': expected 'e' (natural log, the default) or '2'");
 }
 
 }  // namespace dsv32::golden::detail

@@ -11,6 +11,7 @@
 #include "dsv32/oracle/scenario.hpp"
 #include "dsv32/oracle/stages.hpp"
 #include "dsv32/oracle/tensor.hpp"
+#include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32::golden::detail {
 
@@ -49,6 +50,12 @@ void write_dcp_layer(const h5::Group& layer, const Config& cfg, const DcpLayerTr
 /// Every rank's stages; finite but for -inf in the lse of a row whose share is empty.
 DcpLayerTrace read_dcp_layer(const h5::Group& layer, const Config& cfg, std::int64_t Ta,
                              bool exact);
+/// A candidate's ranks of a layer (all of them, or none: nullopt), values as given: NaN and
+/// infinities are the judge's to name.
+std::optional<DcpLayerTrace> read_candidate_dcp_layer(const h5::Group& layer, const Config& cfg,
+                                                      std::int64_t Ta);
+/// A candidate's root attribute `lse_base`: "e" (also when absent) or "2".
+LseBase read_lse_base(const h5::Group& root);
 /// Reads /prefix (when present) and attaches each given prefix to the step where its request
 /// first appears; refuses a request that first appears with a context and no prefix of that
 /// length, and a prefix that no step starts, naming the dataset.

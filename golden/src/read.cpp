@@ -423,6 +423,9 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
         if (eg.has(ln)) {
           const h5::Group lg = eg.child(ln, false);
           for (const std::string& member : lg.names()) {
+            if (const int r = numbered(member, "rank");
+                r >= 0 && r < cfg.dcp_size && cfg.dcp_size > 1)
+              continue;  // a DCP rank's stages
             const std::optional<Stage> stage = find_stage(member);
             if (!stage || stage == Stage::output)
               throw h5::GoldenError(lg.where(member) + ": unknown stage (the stages: " + known +
@@ -437,6 +440,7 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
                 stage_info(stage).storage == Storage::int32 ? DType::int32 : lg.dtype(name);
             lt.tensors.push_back(lg.read(name, dt, stage_shape(cfg, stage, Ta)));
           }
+          if (cfg.dcp_size > 1) lt.dcp = detail::read_candidate_dcp_layer(lg, cfg, Ta);
           // A stage the judge could not judge with what else is given is refused, not skipped.
           if (const std::string why = unjudgeable_stage(lt); !why.empty())
             throw h5::GoldenError(lg.where() + "/" + why);
@@ -459,6 +463,11 @@ std::vector<StepTrace> read_candidate_here(const std::string& path, const Golden
 }
 
 }  // namespace
+
+LseBase read_candidate_lse_base(const std::string& path, const ReadLimits& limits) {
+  h5::File f = h5::File::open(path, limits.max_bytes);
+  return detail::read_lse_base(f.root());
+}
 
 GoldenCase read(const std::string& path, const ReadLimits& limits) {
   // The child only walks the file through libhdf5 (h5::scan): what could crash or hang the

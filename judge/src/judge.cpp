@@ -78,7 +78,8 @@ std::string Judgement::Row::stage_path() const {
 
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp,
-                bool partial) {
+                bool partial, LseBase lse_base) {
+  const bool union_mode = cfg.dcp_size > 1 && cfg.dcp_indexer_mode == DcpIndexerMode::union_;
   // Every stage given is judged: one that could only be judged with another the candidate
   // lacks (a scale without its codes) is refused, never skipped.
   for (std::size_t s = 0; s < gpu.size(); ++s)
@@ -107,7 +108,14 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
                                       gpu.begin() + static_cast<std::ptrdiff_t>(count));
     want0.resize(count);
     want1.resize(count);
-    for (const StageDiff& d : diff_traces(cfg, cand, want0, want1)) {
+    std::vector<StageDiff> diffs = diff_traces(cfg, cand, want0, want1);
+    if (cfg.dcp_size > 1) {
+      const std::vector<StepInput> judged(steps.begin(),
+                                          steps.begin() + static_cast<std::ptrdiff_t>(count));
+      for (StageDiff& d : diff_dcp(cfg, judged, cand, want0, want1, lse_base))
+        diffs.push_back(std::move(d));
+    }
+    for (const StageDiff& d : diffs) {
       Judgement::Row row{d.step,        d.layer, d.stage,           d.provided,
                          d.result.pass, 0.0,     d.result.summary()};
       if (!d.provided && partial) {
@@ -193,7 +201,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
                 check_topk_row(row_of(t), std::vector<double>(in.positions[t] + 1, 0.0), K, 0.0);
             !why.empty())
           fail_row(j, si, l, t, why);
-      if (!full) continue;
+      if (!full || union_mode) continue;  // union: each rank's own rows (not judged here)
       const Tensor *q8 = lt.find(Stage::qI8), *omega = lt.find(Stage::omega);
       // The candidate's own keys must cover every position its rows score: a golden whose
       // requests start with a context made before its first step has none of theirs.
@@ -235,9 +243,14 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     // Where the candidate gives no sets, T0 selects its own, and T1 follows T0's (as in a
     // golden), so that T1 - T0 measures rounding and not a different pick near a tie.
     StepOptions follow1 = follow;
-    for (int l = 0; l < cfg.num_layers; ++l)
-      if (cfg.is_full_layer(l) && !follow1.topk_override[l])
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      if (!cfg.is_full_layer(l)) continue;
+      if (union_mode && follow1.dcp_topk_override[l].empty())
+        for (const IndexRows& rows : want0.back().layers[l].dcp->rows)
+          follow1.dcp_topk_override[l].push_back(rows.cast<int>());
+      else if (!union_mode && !follow1.topk_override[l])
         follow1.topk_override[l] = topk_rows(want0.back().layers[l]);
+    }
     follow1.o_proj_ranks = tp;
     want1.push_back(t1.step(in, follow1));
     // What the case exercised: T0's own scores of every real row of every F layer.
@@ -246,7 +259,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     for (int l = 0; l < cfg.num_layers; ++l) {
       if (!cfg.is_full_layer(l)) continue;
       const bool judge_sets =
-          std::find(against_t0.begin(), against_t0.end(), l) != against_t0.end();
+          !union_mode && std::find(against_t0.begin(), against_t0.end(), l) != against_t0.end();
       const TopkRows rows = judge_sets ? topk_rows(gpu[s].layers[l]) : TopkRows();
       scored_rows(
           in.num_tokens, [&](int t) { return t0.index_scores(l, in, want0.back().layers[l], t); },

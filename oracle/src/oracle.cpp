@@ -117,8 +117,9 @@ StepOptions StepOptions::follow(const Config& cfg, const StepTrace& trace, bool 
   // A trace without a layer's sets (a candidate that does not provide them) leaves that layer
   // to select its own; one without its latent, to quantize its own.
   for (int l = 0; l < cfg.num_layers; ++l)
-    if (cfg.is_full_layer(l) && trace.layers.at(l).find(Stage::topk))
-      o.topk_override[l] = topk_rows(trace.layers.at(l));
+    if (cfg.is_full_layer(l) && trace.layers.at(l).find(Stage::topk) &&
+        !(cfg.dcp_size > 1 && cfg.dcp_indexer_mode == DcpIndexerMode::union_))
+      o.topk_override[l] = topk_rows(trace.layers.at(l));  // under union: each rank's, below
   o.dcp_topk_override.resize(cfg.num_layers);
   for (int l = 0; l < cfg.num_layers; ++l)
     if (const LayerTrace& lt = trace.layers.at(l); cfg.is_full_layer(l) && lt.dcp)

@@ -128,6 +128,10 @@ DType storage_dtype(const Config& cfg, std::string_view stage) {
 }
 
 std::string_view stage_op(std::string_view stage) {
+  // A DCP rank's stages (`rank{r}/olat`) are its op's; its share and the merge, attention's.
+  if (stage.starts_with("rank") && stage.find('/') != std::string_view::npos)
+    stage.remove_prefix(stage.find('/') + 1);
+  if (stage == "share" || stage == "merge") return op_name(Op::sparse_mqa);
   const std::optional<Stage> s = find_stage(stage);
   return s ? std::string_view(op_name(stage_info(*s).op)) : std::string_view("?");
 }

@@ -21,6 +21,7 @@ from .candidate import write_candidate
 from ._files import OutputError
 from ._tool import ToolError, ToolNotFound
 from .verdict import JudgeError, Verdict, judge
+from . import dcp
 
 __all__ = ["Golden", "GoldenFileError", "Prefix", "Step", "read_golden", "write_candidate", "judge",
-           "Verdict", "JudgeError", "OutputError", "ToolError", "ToolNotFound", "bf16_bits", "bf16_values", "e4m3_values"]
+           "Verdict", "JudgeError", "OutputError", "dcp", "ToolError", "ToolNotFound", "bf16_bits", "bf16_values", "e4m3_values"]

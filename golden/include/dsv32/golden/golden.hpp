@@ -11,6 +11,7 @@
 #include "dsv32/golden/files.hpp"
 #include "dsv32/golden/h5.hpp"
 #include "dsv32/oracle/oracle.hpp"
+#include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32::golden {
 
@@ -94,6 +95,10 @@ std::string describe(const std::string& path, const ReadLimits& limits = {});
 /// unreadable files are refused with a GoldenError naming the dataset.
 std::vector<StepTrace> read_candidate(const std::string& path, const GoldenCase& golden,
                                       const ReadLimits& limits = {});
+
+/// The base of a candidate's LSEs (GOLDEN.md): its root attribute `lse_base`, "e" (natural log,
+/// also when absent) or "2"; anything else refused by name. Read after read_candidate.
+LseBase read_candidate_lse_base(const std::string& path, const ReadLimits& limits = {});
 
 /// `c`'s expected (T0) and emulated (T1, following T0's sets) traces recomputed by this
 /// oracle from `c`'s own config, weights and inputs, as `generate` makes them and a golden file

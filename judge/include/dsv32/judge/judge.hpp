@@ -9,6 +9,7 @@
 
 #include "dsv32/oracle/coverage.hpp"
 #include "dsv32/oracle/oracle.hpp"
+#include "dsv32/oracle/trace_diff.hpp"
 
 namespace dsv32 {
 
@@ -62,9 +63,13 @@ struct Judgement {
 /// given is judged: a candidate with a stage that is judged only with another it lacks (a scale
 /// without its codes, codes without their scale: unjudgeable_stage) is refused with
 /// std::invalid_argument naming the step, layer and stage.
+///
+/// Under DCP (cfg.dcp_size > 1) a candidate that gives its ranks' stages has them judged too
+/// (diff_dcp: rows, shares, partials, the merge), its LSEs read in `lse_base`. Under `union` its
+/// rows are followed rank by rank; their validity against each rank's own scores is not judged.
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp = 1,
-                bool partial = false);
+                bool partial = false, LseBase lse_base = LseBase::e);
 
 /// Where two runs first differ bitwise: step, layer (-1: the output) and stage, in trace order.
 struct Divergence {
