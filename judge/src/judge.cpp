@@ -93,6 +93,20 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
   // own_keys[l]: every step so far provided layer l's keys.
   std::map<std::tuple<int, int, int>, std::pair<std::vector<double>, double>> keys;
   std::vector<bool> own_keys(cfg.num_layers, true);
+  // Row t's index scores from the candidate's own quantized q, omega and keys of layer l.
+  const auto own_scores = [&](int l, const StepInput& in, const Tensor& q8, const Tensor& omega,
+                              int t) {
+    const int HI = cfg.index_n_heads, id = in.requests[in.request_of_token[t]].id;
+    std::vector<const double*> kp;
+    std::vector<double> kscale;
+    for (int p = 0; p <= in.positions[t]; ++p) {
+      const auto& e = keys.at({l, id, p});
+      kp.push_back(e.first.data());
+      kscale.push_back(e.second);
+    }
+    return index_score_row(&q8.data[static_cast<std::size_t>(t) * HI * dI],
+                           &omega.data[static_cast<std::size_t>(t) * HI], HI, dI, kp, kscale);
+  };
   Judgement j;
   const auto topk_row = [&](int s, int l, int t, const std::vector<int>& row,
                             const IndexScores& sc) {
@@ -196,7 +210,8 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
       // The row's structure first, in every layer: the oracle can follow only well-formed sets,
       // and an S layer's rows, which it does not follow, are judged as sets that would not see a
       // duplicate or a stray negative entry.
-      for (int t = 0; t < in.num_tokens; ++t)
+      // (Under `union` a row holds min(K, the keys its rank owns): judged rank by rank below.)
+      for (int t = 0; t < in.num_tokens && !union_mode; ++t)
         if (const std::string why =
                 check_topk_row(row_of(t), std::vector<double>(in.positions[t] + 1, 0.0), K, 0.0);
             !why.empty())
@@ -215,22 +230,8 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         against_t0.push_back(l);
         continue;
       }
-      const int HI = cfg.index_n_heads;
       scored_rows(
-          in.num_tokens,
-          [&](int t) {
-            const int id = in.requests[in.request_of_token[t]].id;
-            std::vector<const double*> kp;
-            std::vector<double> kscale;
-            for (int p = 0; p <= in.positions[t]; ++p) {
-              const auto& e = keys.at({l, id, p});
-              kp.push_back(e.first.data());
-              kscale.push_back(e.second);
-            }
-            return index_score_row(&q8->data[static_cast<std::size_t>(t) * HI * dI],
-                                   &omega->data[static_cast<std::size_t>(t) * HI], HI, dI, kp,
-                                   kscale);
-          },
+          in.num_tokens, [&](int t) { return own_scores(l, in, *q8, *omega, t); },
           [&](int t, const IndexScores& sc) { topk_row(si, l, t, row_of(t), sc); });
     }
     // The oracle follows the candidate's sets: invalid ones cannot be followed, so judging
@@ -253,6 +254,67 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     }
     follow1.o_proj_ranks = tp;
     want1.push_back(t1.step(in, follow1));
+    // Under `union` each rank's rows are its own top-k of the keys it owns: judged against T0's
+    // scores of those keys (the candidate's ranks, or its `topk` as rank 0's row).
+    if (union_mode)
+      for (int l = 0; l < cfg.num_layers; ++l) {
+        if (!cfg.is_full_layer(l)) continue;
+        const LayerTrace& lt = gpu[s].layers[l];
+        std::vector<TopkRows> ranks;
+        if (lt.dcp)
+          for (const IndexRows& r : lt.dcp->rows) ranks.push_back(r.cast<int>());
+        else if (lt.find(Stage::topk))
+          ranks.push_back(topk_rows(lt));
+        const DcpLayout lay = DcpLayout::of(cfg);
+        // The candidate's own quantized q, omega and keys where it gives them all (as above),
+        // else T0's.
+        const Tensor *q8 = lt.find(Stage::qI8), *omega = lt.find(Stage::omega);
+        bool own = own_keys[l] && q8 && omega;
+        for (int t = 0; t < in.num_tokens && own; ++t)
+          for (int p = 0; p <= in.positions[t] && own; ++p)
+            own = keys.count({l, in.requests[in.request_of_token[t]].id, p}) > 0;
+        scored_rows(
+            in.num_tokens,
+            [&](int t) {
+              return own ? own_scores(l, in, *q8, *omega, t)
+                         : t0.index_scores(l, in, want0.back().layers[l], t);
+            },
+            [&](int t, const IndexScores& sc) {
+              for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+                std::vector<int> local(sc.score.size(), -1);  // position -> index among owned
+                std::vector<double> score, abs_terms;
+                for (int p = 0; p < static_cast<int>(sc.score.size()); ++p)
+                  if (lay.owner(p) == r) {
+                    local[p] = static_cast<int>(score.size());
+                    score.push_back(sc.score[p]);
+                    abs_terms.push_back(sc.abs_terms[p]);
+                  }
+                std::vector<int> row(K, -1);
+                std::string foreign;
+                for (int k = 0; k < K; ++k) {
+                  const int p = ranks[r](t, k);
+                  if (p < 0) continue;
+                  if (p >= static_cast<int>(local.size()) || local[p] < 0) {
+                    foreign = "position " + std::to_string(p) + " is not rank " +
+                              std::to_string(r) + "'s";
+                    break;
+                  }
+                  row[k] = local[p];
+                }
+                double eps = 0;
+                for (double a : abs_terms) eps = std::max(eps, index_score_eps(cfg, a));
+                ++j.topk_rows;
+                const std::string why =
+                    foreign.empty() ? check_topk_row(row, score, K, eps) : foreign;
+                if (!why.empty())
+                  fail_row(j, si, l, t,
+                           "rank " + std::to_string(r) +
+                               " (union: its own top-k of the keys it owns, positions renumbered "
+                               "among them): " +
+                               why);
+              }
+            });
+      }
     // What the case exercised: T0's own scores of every real row of every F layer.
     // Sets without the candidate's own quantized inputs: against T0's scores (TESTING.md 2).
     j.coverage.add_step(in, K);

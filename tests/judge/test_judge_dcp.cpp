@@ -103,5 +103,30 @@ TEST(JudgeDcp, RanksFromAFileAreJudgedAndTheirLseBaseIsTheFilesWord) {
   fs::remove_all(dir);
 }
 
+TEST(JudgeDcp, UnionRowsAreEachRanksOwnTopkOfTheKeysItOwns) {
+  const fs::path dir = fs::temp_directory_path() / "dsv32-judge-dcp-union";
+  fs::create_directories(dir);
+  golden::CaseSpec spec = dcp_case();
+  spec.cfg.dcp_indexer_mode = DcpIndexerMode::union_;
+  const golden::GoldenCase gc = golden::generate(spec, "test");
+  std::vector<StepTrace> own;
+  Oracle o(gc.cfg, std::make_shared<const Weights>(gc.weights), Mode::emulated, gc.num_blocks);
+  for (const StepInput& in : gc.steps) own.push_back(o.step(in));
+  const Judgement ok = judge_file(gc, candidate(dir, gc, own));
+  EXPECT_TRUE(ok.failures.empty()) << all(ok);
+  EXPECT_GT(ok.topk_rows, 0);
+  // Rank 1 attends a key of rank 0 in the prefill's last row (past K on both ranks).
+  std::vector<StepTrace> stray = own;
+  const int t = gc.steps[0].num_tokens - 1;
+  IndexRows& r1 = stray[0].layers[0].dcp->rows[1];
+  const IndexRows& r0 = stray[0].layers[0].dcp->rows[0];
+  ASSERT_GE(r1(t, gc.cfg.index_topk - 1), 0);
+  r1(t, 0) = r0(t, 0);
+  const Judgement bad = judge_file(gc, candidate(dir, gc, stray));
+  EXPECT_NE(all(bad).find("rank 1 (union"), std::string::npos) << all(bad);
+  EXPECT_NE(all(bad).find("is not rank 1's"), std::string::npos) << all(bad);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dsv32

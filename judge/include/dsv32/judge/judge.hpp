@@ -65,8 +65,10 @@ struct Judgement {
 /// std::invalid_argument naming the step, layer and stage.
 ///
 /// Under DCP (cfg.dcp_size > 1) a candidate that gives its ranks' stages has them judged too
-/// (diff_dcp: rows, shares, partials, the merge), its LSEs read in `lse_base`. Under `union` its
-/// rows are followed rank by rank; their validity against each rank's own scores is not judged.
+/// (diff_dcp: rows, shares, partials, the merge), its LSEs read in `lse_base`. Under `union`
+/// each rank's rows (its `topk` alone: rank 0's) must be a valid top-k of the scores of the keys
+/// that rank owns (the candidate's own q, omega and keys where it gives them, else T0's), and
+/// are followed rank by rank.
 Judgement judge(const Config& cfg, std::shared_ptr<const Weights> weights, int num_blocks,
                 const std::vector<StepInput>& steps, const std::vector<StepTrace>& gpu, int tp = 1,
                 bool partial = false, LseBase lse_base = LseBase::e);
