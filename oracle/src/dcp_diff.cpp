@@ -199,12 +199,24 @@ std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>&
           else if (std::fabs(f - std::log(2.0)) < 1e-2)
             base_class = "lse is T0's times ln 2: natural log judged as base 2";
         }
-        push("lse", lr, base_class);
+        // A share left in place (-1 holes before valid slots) beside a failing partial: the
+        // kernel may have read the valid count as a prefix of the row.
+        std::string holes;
+        for (Eigen::Index t = 0; t < c->share[r].rows() && holes.empty(); ++t)
+          for (Eigen::Index k = 1; k < c->share[r].cols(); ++k)
+            if (c->share[r](t, k) >= 0 && c->share[r](t, k - 1) < 0) {
+              holes = "rank " + std::to_string(r) + "'s share is in place (row " +
+                      std::to_string(t) +
+                      " has -1 holes): a kernel that reads its valid count as a prefix of the "
+                      "row loses keys";
+              break;
+            }
+        push("lse", lr, base_class.empty() ? holes : base_class);
         const Mat o = masked(c->olat[r], a->share[r], 0.0);
         push("olat",
              gate(rank + "olat", o, masked(a->olat[r], a->share[r], 0.0),
                   masked(b->olat[r], a->share[r], 0.0), Stage::olat, 0),
-             "");
+             holes);
       }
       // The merge: a NaN in the merged olat of a row some rank owns none of is that rank's
       // 0 x NaN (an empty rank must add exactly nothing).

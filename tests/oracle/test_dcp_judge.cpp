@@ -136,6 +136,27 @@ TEST(DcpJudge, EachFieldFaultFailsWithItsName) {
       std::numeric_limits<double>::quiet_NaN();
   EXPECT_TRUE(has(judged(nan_merge), "0 x NaN in the merge")) << judged(nan_merge);
 
+  // An in-place share read as a prefix: rank 0's share of the decode row spread out with -1
+  // holes (a legal layout), its partial computed over the first entries only (keys lost).
+  std::vector<StepTrace> prefix = c.t1;
+  {
+    LayerTrace& lt = prefix[last].layers[0];
+    IndexRows& sh = lt.dcp->share[0];
+    int n = 0;
+    while (n < sh.cols() && sh(0, n) >= 0) ++n;
+    ASSERT_GE(n, 2) << "rank 0 holds two keys of the decode row";
+    ASSERT_LT(2 * n - 1, sh.cols());
+    for (int k = n - 1; k >= 0; --k) {  // slot k to position 2k, holes between
+      sh(0, 2 * k) = sh(0, k);
+      if (k > 0) sh(0, 2 * k - 1) = -1;
+    }
+    lt.dcp->olat[0].row(0) *= 0.5;  // a partial over fewer keys
+  }
+  EXPECT_EQ(failures(diff_dcp(c.cfg, c.steps, prefix, c.t0, c.t1)).find("rank0/share"),
+            std::string::npos)
+      << "an in-place share is the same set";
+  EXPECT_TRUE(has(judged(prefix), "reads its valid count as a prefix")) << judged(prefix);
+
   // A partial off by far more than its rounding.
   std::vector<StepTrace> bumped = c.t1;
   bumped[last].layers[0].dcp->olat[0](0, 3) += 0.25;

@@ -38,7 +38,9 @@ enum class LseBase { e, two };
 /// the lse may be -inf or +inf, never NaN, and the olat is not judged), and `merge`: no NaN in
 /// the merged olat of a row some rank owns none of. A failure of a known class says so in its
 /// note: union where exact was asked, ranks that disagree, global positions read as local
-/// slots, an LSE in the other base, a NaN from an empty rank. `steps` give the ranks' tables.
+/// slots, an LSE in the other base, a NaN from an empty rank, a failing partial beside an
+/// in-place share (-1 holes: a kernel that read the valid count as a prefix). `steps` give the
+/// ranks' tables.
 std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>& steps,
                                 const std::vector<StepTrace>& candidate,
                                 const std::vector<StepTrace>& t0, const std::vector<StepTrace>& t1,
