@@ -8,7 +8,8 @@ import numpy as np
 from . import _files
 
 _INT32 = np.iinfo(np.int32)
-_NAME = re.compile(r"output|layer(0|[1-9][0-9]{0,5})/[A-Za-z][A-Za-z0-9_]{0,63}")
+_NAME = re.compile(r"output|layer(0|[1-9][0-9]{0,5})/(rank(0|[1-9][0-9]{0,2})/)?"
+                   r"[A-Za-z][A-Za-z0-9_]{0,63}")
 
 
 def _array(x, where):
@@ -66,8 +67,9 @@ def _checked_steps(steps):
         arrays = {}
         for name, value in tensors.items():
             if not isinstance(name, str) or not _NAME.fullmatch(name):
-                raise ValueError(f"step {s}: {name!r} is no stage name ('output', or "
-                                 "'layer{l}/{stage}' such as 'layer0/q_c')")
+                raise ValueError(f"step {s}: {name!r} is no stage name ('output', "
+                                 "'layer{l}/{stage}' such as 'layer0/q_c', or under DCP "
+                                 "'layer{l}/rank{r}/{stage}')")
             where = f"step {s} {name}"
             arrays[name] = _stored(_array(value, where), where)
         out.append(arrays)
@@ -76,7 +78,7 @@ def _checked_steps(steps):
     return out
 
 
-def _image(steps):
+def _image(steps, lse_base):
     """The candidate file's bytes, built in memory: libhdf5 never writes to the disk, so a
     failed write is our own error and nothing is left for its exit-time flush (which ended
     in SIGSEGV after a write to a full disk had failed)."""
@@ -84,6 +86,8 @@ def _image(steps):
     try:
         with h5py.File(buf, "w", userblock_size=_files.USERBLOCK) as f:
             f.attrs["schema"] = "dsv32-candidate"
+            if lse_base is not None:
+                f.attrs["lse_base"] = lse_base
             for s, arrays in enumerate(steps):
                 g = f.require_group(f"steps/step{s}/expected")
                 for name, (a, dtype) in arrays.items():
@@ -98,7 +102,7 @@ def _image(steps):
     return buf.getbuffer()
 
 
-def write_candidate(path, steps, inputs=()):
+def write_candidate(path, steps, inputs=(), lse_base=None):
     """Writes `steps` (a list, step 0 first; each a dict "layer{l}/{stage}" or "output" ->
     array of rows [0, T_a)) to `path` as /steps/step{s}/expected/...: float arrays as float64
     or float32, integer arrays (topk) as int32 (each value checked to fit). Any subset of the
@@ -107,6 +111,12 @@ def write_candidate(path, steps, inputs=()):
     Whole or not at all: the file is built in memory, written to a temporary file of its own
     beside `path` and renamed when complete; on any error (a full disk included) or SIGTERM
     nothing is left and `path` is as it was. `path` may replace only a candidate this package
-    wrote (or an empty file), never a golden, nor any of `inputs`; its folder must exist."""
+    wrote (or an empty file), never a golden, nor any of `inputs`; its folder must exist.
+
+    Under decode context parallelism a step may also give every rank's stages,
+    "layer{l}/rank{r}/topk", "share", "olat" and "lse" (docs/CANDIDATE.md), and `lse_base`
+    ("e", the judge's default, or "2") says which log the LSEs are in."""
+    if lse_base not in (None, "e", "2"):
+        raise ValueError(f"write_candidate: lse_base is {lse_base!r}, not 'e' or '2'")
     path = _files.check_output(path, "write_candidate", inputs)
-    _files.write_whole(path, _image(_checked_steps(steps)))
+    _files.write_whole(path, _image(_checked_steps(steps), lse_base))

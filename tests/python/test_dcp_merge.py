@@ -108,3 +108,29 @@ def test_a_golden_without_dcp_is_refused(scratch):
     g = dsv32.read_golden(os.path.join(os.environ["DSV32_FIXTURES"], "default.h5"))
     with pytest.raises(dsv32.GoldenFileError, match="not a DCP golden"):
         dsv32.dcp.judge_merge(g, textbook)
+
+
+def test_a_candidates_ranks_are_judged_in_the_base_it_states(golden, scratch):
+    # The golden's T1 without its own quantized indexer inputs (its sets are T0's, judged on
+    # T0's scores), every rank's stages included.
+    drop = ("qI8", "qI_scale", "kI8", "kI_scale", "omega")
+    steps = [{k: v for k, v in s.emulated.items() if k.rsplit("/", 1)[-1] not in drop}
+             for s in golden.steps]
+    assert any("/rank3/share" in k for k in steps[0])
+    ok = os.path.join(scratch, "ranks.h5")
+    dsv32.write_candidate(ok, steps)
+    v = dsv32.judge(ok, golden.path)
+    assert v.passed, v.first_failure
+    base2 = [{k: (a / np.log(2.0) if "/rank" in k and k.endswith("/lse") else a)
+              for k, a in s.items()} for s in steps]
+    unsaid = os.path.join(scratch, "base2.h5")
+    dsv32.write_candidate(unsaid, base2)
+    v = dsv32.judge(unsaid, golden.path)
+    assert not v.passed
+    assert "base 2 judged as natural log" in v.first_failure["message"], v.first_failure
+    said = os.path.join(scratch, "base2-said.h5")
+    dsv32.write_candidate(said, base2, lse_base="2")
+    v = dsv32.judge(said, golden.path)
+    assert v.passed, v.first_failure
+    with pytest.raises(ValueError, match="lse_base"):
+        dsv32.write_candidate(os.path.join(scratch, "x.h5"), steps, lse_base="10")
