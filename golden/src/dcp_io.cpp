@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "dsv32/oracle/dcp.hpp"
 #include "dsv32/oracle/trace_diff.hpp"
@@ -30,6 +31,37 @@ IndexRows index_rows(const Tensor& t) {
   IndexRows m(t.shape.at(0), t.shape.at(1));
   for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<std::int64_t>(t.data[i]);
   return m;
+}
+
+/// Rank `rank`'s group of `layer`, refused by name when missing (`why` says what needs it).
+h5::Group rank_group(const h5::Group& layer, int rank, const std::string& why) {
+  if (!layer.has(rank_name(rank)))
+    throw h5::GoldenError(layer.where(rank_name(rank)) + ": missing group (" + why + ")");
+  return layer.child(rank_name(rank), false);
+}
+
+/// A rank's `topk` and `share` (T_a, K) into d, and its `olat` and `lse` read as `olat_dt` and
+/// `lse_dt` (nullopt: the file's own dtype), returned to be checked and then kept (keep_rank).
+std::pair<Tensor, Tensor> read_rank(const h5::Group& g, const Config& cfg, std::int64_t Ta,
+                                    std::optional<DType> olat_dt, std::optional<DType> lse_dt,
+                                    DcpLayerTrace& d) {
+  const Shape rows{Ta, cfg.index_topk};
+  d.rows.push_back(index_rows(g.read("topk", DType::int32, rows)));
+  d.share.push_back(index_rows(g.read("share", DType::int32, rows)));
+  // (The file's dtype is asked only where none is given: a golden's missing dataset is named
+  // by its read.)
+  Tensor olat =
+      g.read("olat", olat_dt ? *olat_dt : g.dtype("olat"), stage_shape(cfg, Stage::olat, Ta));
+  Tensor lse = g.read("lse", lse_dt ? *lse_dt : g.dtype("lse"), stage_shape(cfg, Stage::lse, Ta));
+  return {std::move(olat), std::move(lse)};
+}
+
+/// A rank's olat (T_a, H Lkv) and lse (T_a, H) into d.
+void keep_rank(const Config& cfg, std::int64_t Ta, const Tensor& olat, const Tensor& lse,
+               DcpLayerTrace& d) {
+  d.olat.emplace_back(
+      Eigen::Map<const Mat>(olat.data.data(), Ta, std::int64_t{cfg.num_heads} * cfg.kv_lora_rank));
+  d.lse.emplace_back(Eigen::Map<const Mat>(lse.data.data(), Ta, cfg.num_heads));
 }
 
 }  // namespace
@@ -96,18 +128,10 @@ void write_dcp_layer(const h5::Group& layer, const Config& cfg, const DcpLayerTr
 DcpLayerTrace read_dcp_layer(const h5::Group& layer, const Config& cfg, std::int64_t Ta,
                              bool exact) {
   DcpLayerTrace d;
-  const Shape rows{Ta, cfg.index_topk};
   for (int rank = 0; rank < cfg.dcp_size; ++rank) {
-    if (!layer.has(rank_name(rank)))
-      throw h5::GoldenError(layer.where(rank_name(rank)) + ": missing group (dcp_size " +
-                            std::to_string(cfg.dcp_size) + ")");
-    const h5::Group g = layer.child(rank_name(rank), false);
-    d.rows.push_back(index_rows(g.read("topk", DType::int32, rows)));
-    d.share.push_back(index_rows(g.read("share", DType::int32, rows)));
-    const Tensor olat =
-        g.read("olat", trace_dtype(cfg, Stage::olat, exact), stage_shape(cfg, Stage::olat, Ta));
-    const Tensor lse =
-        g.read("lse", trace_dtype(cfg, Stage::lse, exact), stage_shape(cfg, Stage::lse, Ta));
+    const h5::Group g = rank_group(layer, rank, "dcp_size " + std::to_string(cfg.dcp_size));
+    const auto [olat, lse] = read_rank(g, cfg, Ta, trace_dtype(cfg, Stage::olat, exact),
+                                       trace_dtype(cfg, Stage::lse, exact), d);
     const std::int64_t H = cfg.num_heads, L = cfg.kv_lora_rank;
     // Finite everywhere, but for an empty share's lse: -inf (no key, MATH.md).
     for (std::int64_t t = 0; t < Ta; ++t) {
@@ -124,8 +148,7 @@ DcpLayerTrace read_dcp_layer(const h5::Group& layer, const Config& cfg, std::int
           throw h5::GoldenError(g.where("olat") + ": " + std::to_string(olat.data[e]) + " at " +
                                 olat.index_string(e));
     }
-    d.olat.emplace_back(Eigen::Map<const Mat>(olat.data.data(), Ta, H * L));
-    d.lse.emplace_back(Eigen::Map<const Mat>(lse.data.data(), Ta, H));
+    keep_rank(cfg, Ta, olat, lse, d);
   }
   return d;
 }
@@ -136,25 +159,15 @@ std::optional<DcpLayerTrace> read_candidate_dcp_layer(const h5::Group& layer, co
   for (int rank = 0; rank < cfg.dcp_size; ++rank) present += layer.has(rank_name(rank)) ? 1 : 0;
   if (present == 0) return std::nullopt;  // the merge alone
   DcpLayerTrace d;
-  const Shape rows{Ta, cfg.index_topk};
   for (int rank = 0; rank < cfg.dcp_size; ++rank) {
-    if (!layer.has(rank_name(rank)))
-      throw h5::GoldenError(layer.where(rank_name(rank)) +
-                            ": missing group (a candidate gives "
-                            "every rank's stages or none)");
-    const h5::Group g = layer.child(rank_name(rank), false);
+    const h5::Group g = rank_group(layer, rank, "a candidate gives every rank's stages or none");
     for (const std::string& member : g.names())
       if (member != "topk" && member != "share" && member != "olat" && member != "lse")
         throw h5::GoldenError(g.where(member) +
                               ": unknown member of a rank (topk, share, olat, lse)");
-    d.rows.push_back(index_rows(g.read("topk", DType::int32, rows)));
-    d.share.push_back(index_rows(g.read("share", DType::int32, rows)));
     // Any float dtype; NaN and infinities are the judge's to name (an empty rank's lse).
-    const Tensor olat = g.read("olat", g.dtype("olat"), stage_shape(cfg, Stage::olat, Ta));
-    const Tensor lse = g.read("lse", g.dtype("lse"), stage_shape(cfg, Stage::lse, Ta));
-    d.olat.emplace_back(Eigen::Map<const Mat>(olat.data.data(), Ta,
-                                              std::int64_t{cfg.num_heads} * cfg.kv_lora_rank));
-    d.lse.emplace_back(Eigen::Map<const Mat>(lse.data.data(), Ta, cfg.num_heads));
+    const auto [olat, lse] = read_rank(g, cfg, Ta, std::nullopt, std::nullopt, d);
+    keep_rank(cfg, Ta, olat, lse, d);
   }
   return d;
 }

@@ -5,6 +5,7 @@
 
 #include "dsv32/golden/case_file.hpp"
 #include "dsv32/golden/golden.hpp"
+#include "dsv32/oracle/compare.hpp"
 #include "dsv32/oracle/coverage.hpp"
 #include "dsv32/oracle/numerics.hpp"
 #include "dsv32/oracle/scenario.hpp"
@@ -39,12 +40,8 @@ void round_to_storage(const Config& cfg, std::vector<StepTrace>& steps) {
           : dt == DType::bfloat16 ? round_bf16(v)
                                   : v;
   };
-  const auto round_as = [&](Mat& m, Stage s) {
-    if (storage_dtype(cfg, s) == DType::float32)
-      for (double& v : m.reshaped<Eigen::RowMajor>())
-        v = static_cast<double>(static_cast<float>(v));
-    else if (storage_dtype(cfg, s) == DType::bfloat16)
-      for (double& v : m.reshaped<Eigen::RowMajor>()) v = round_bf16(v);
+  const auto round_as = [&](Mat& m, Stage s) {  // a rank's partial, as its stage is stored
+    for (double& v : m.reshaped<Eigen::RowMajor>()) v = round_to(storage_dtype(cfg, s), v);
   };
   for (StepTrace& st : steps) {
     for (LayerTrace& lt : st.layers) {

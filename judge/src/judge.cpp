@@ -93,6 +93,17 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
   // own_keys[l]: every step so far provided layer l's keys.
   std::map<std::tuple<int, int, int>, std::pair<std::vector<double>, double>> keys;
   std::vector<bool> own_keys(cfg.num_layers, true);
+  // Whether layer l's rows of step `in` can be scored with the candidate's own quantized q,
+  // omega and keys: it gives q and omega here and its keys cover every position the rows score
+  // (a golden whose requests start with a context made before its first step has none of
+  // theirs).
+  const auto own_inputs = [&](int l, const StepInput& in, const LayerTrace& lt) {
+    if (!(own_keys[l] && lt.find(Stage::qI8) && lt.find(Stage::omega))) return false;
+    for (int t = 0; t < in.num_tokens; ++t)
+      for (int p = 0; p <= in.positions[t]; ++p)
+        if (!keys.count({l, in.requests[in.request_of_token[t]].id, p})) return false;
+    return true;
+  };
   // Row t's index scores from the candidate's own quantized q, omega and keys of layer l.
   const auto own_scores = [&](int l, const StepInput& in, const Tensor& q8, const Tensor& omega,
                               int t) {
@@ -218,15 +229,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
           fail_row(j, si, l, t, why);
       if (!full || union_mode) continue;  // union: each rank's own rows (not judged here)
       const Tensor *q8 = lt.find(Stage::qI8), *omega = lt.find(Stage::omega);
-      // The candidate's own keys must cover every position its rows score: a golden whose
-      // requests start with a context made before its first step has none of theirs.
-      const auto keys_known = [&] {
-        for (int t = 0; t < in.num_tokens; ++t)
-          for (int p = 0; p <= in.positions[t]; ++p)
-            if (!keys.count({l, in.requests[in.request_of_token[t]].id, p})) return false;
-        return true;
-      };
-      if (!(own_keys[l] && q8 && omega && keys_known())) {
+      if (!own_inputs(l, in, lt)) {
         against_t0.push_back(l);
         continue;
       }
@@ -266,13 +269,9 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         else if (lt.find(Stage::topk))
           ranks.push_back(topk_rows(lt));
         const DcpLayout lay = DcpLayout::of(cfg);
-        // The candidate's own quantized q, omega and keys where it gives them all (as above),
-        // else T0's.
+        // The candidate's own quantized q, omega and keys where it gives them all, else T0's.
         const Tensor *q8 = lt.find(Stage::qI8), *omega = lt.find(Stage::omega);
-        bool own = own_keys[l] && q8 && omega;
-        for (int t = 0; t < in.num_tokens && own; ++t)
-          for (int p = 0; p <= in.positions[t] && own; ++p)
-            own = keys.count({l, in.requests[in.request_of_token[t]].id, p}) > 0;
+        const bool own = own_inputs(l, in, lt);
         scored_rows(
             in.num_tokens,
             [&](int t) {

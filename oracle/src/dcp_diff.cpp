@@ -53,9 +53,9 @@ Tensor tensor_of(const std::string& name, const Mat& m) {
 }
 
 /// The class of a failed rank's rows under `exact` (every rank must hold S_t).
-std::string rows_class(const DcpLayerTrace& cand, const DcpLayerTrace& t0, int rank,
-                       const DcpLayout& lay, DcpIndexerMode mode) {
-  const RowSets mine = row_sets(cand.rows[rank]), want = row_sets(t0.rows[rank]);
+std::string rows_class(const DcpLayerTrace& cand, int rank, const DcpLayout& lay,
+                       DcpIndexerMode mode) {
+  const RowSets mine = row_sets(cand.rows[rank]);
   if (mode == DcpIndexerMode::exact) {
     bool own_only = true;
     for (const auto& row : mine)
@@ -68,7 +68,6 @@ std::string rows_class(const DcpLayerTrace& cand, const DcpLayerTrace& t0, int r
         return "ranks " + std::to_string(other) + " and " + std::to_string(rank) +
                " hold different sets: the ranks disagree (ties broken per rank?)";
   }
-  (void)want;
   return "";
 }
 
@@ -106,10 +105,11 @@ std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>&
   const std::size_t n = std::min({cand.size(), t0.size(), t1.size(), steps.size()});
   // Per (layer, rank, stage): the run's largest T1 - T0 (bf16) or |T0| (fp32), as diff_traces.
   std::map<std::tuple<int, int, int>, double> run;
-  const auto masked = [&](const Mat& m, const IndexRows& share, double fill) {
+  // m with the rows where `share` is empty zeroed (not judged there).
+  const auto masked = [&](const Mat& m, const IndexRows& share) {
     Mat kept = m;
     for (Eigen::Index t = 0; t < m.rows(); ++t)
-      if (share(t, 0) < 0) kept.row(t).setConstant(fill);
+      if (share(t, 0) < 0) kept.row(t).setZero();
     return kept;
   };
   for (std::size_t s = 0; s < n; ++s)
@@ -118,8 +118,8 @@ std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>&
       if (!a || !b) continue;
       for (int r = 0; r < W; ++r)
         for (int which = 0; which < 2; ++which) {
-          const Mat x0 = masked(which ? a->lse[r] : a->olat[r], a->share[r], 0.0);
-          const Mat x1 = masked(which ? b->lse[r] : b->olat[r], a->share[r], 0.0);
+          const Mat x0 = masked(which ? a->lse[r] : a->olat[r], a->share[r]);
+          const Mat x1 = masked(which ? b->lse[r] : b->olat[r], a->share[r]);
           double& m = run[{l, r, which}];
           m = std::max(m, cfg.precision == Precision::fp32 ? x0.cwiseAbs().maxCoeff()
                                                            : (x1 - x0).cwiseAbs().maxCoeff());
@@ -147,7 +147,7 @@ std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>&
           continue;
         }
         CompareResult rows = compare_sets(rank + "topk", c->rows[r], a->rows[r]);
-        push("topk", rows, rows.pass ? "" : rows_class(*c, *a, r, lay, cfg.dcp_indexer_mode));
+        push("topk", rows, rows.pass ? "" : rows_class(*c, r, lay, cfg.dcp_indexer_mode));
         CompareResult share = compare_sets(rank + "share", c->share[r], a->share[r]);
         push("share", share,
              share.pass || in.dcp_tables.empty()
@@ -176,8 +176,7 @@ std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>&
           return compare_bf16(g, w0, w1, storage_dtype(cfg, st),
                               fp8 ? DType::float8_e4m3fn : DType::bfloat16, run[{l, r, which}]);
         };
-        const Mat l0 = masked(a->lse[r], a->share[r], 0.0),
-                  l1 = masked(b->lse[r], a->share[r], 0.0);
+        const Mat l0 = masked(a->lse[r], a->share[r]), l1 = masked(b->lse[r], a->share[r]);
         CompareResult lr = gate(rank + "lse", lse, l0, l1, Stage::lse, 1);
         if (!empty_nan.empty()) {
           lr.pass = false;
@@ -212,10 +211,10 @@ std::vector<StageDiff> diff_dcp(const Config& cfg, const std::vector<StepInput>&
               break;
             }
         push("lse", lr, base_class.empty() ? holes : base_class);
-        const Mat o = masked(c->olat[r], a->share[r], 0.0);
+        const Mat o = masked(c->olat[r], a->share[r]);
         push("olat",
-             gate(rank + "olat", o, masked(a->olat[r], a->share[r], 0.0),
-                  masked(b->olat[r], a->share[r], 0.0), Stage::olat, 0),
+             gate(rank + "olat", o, masked(a->olat[r], a->share[r]),
+                  masked(b->olat[r], a->share[r]), Stage::olat, 0),
              holes);
       }
       // The merge: a NaN in the merged olat of a row some rank owns none of is that rank's
