@@ -7,6 +7,7 @@
 // all T rows in both.
 #include <algorithm>
 
+#include "../kernels/dcp.cuh"
 #include "../kernels/gemv.cuh"
 #include "../kernels/index_scores.cuh"
 #include "../kernels/sparse_mqa.cuh"
@@ -94,7 +95,7 @@ template <class S>
 void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
-  const int H = d.H, L = d.L;
+  const int L = d.L;
   // The rows the kernels launch over: T_a, or device-driven the capture size (the live rows
   // read on the device).
   const int launch_rows = st.device_driven ? step_.T : step_.Ta;
@@ -105,6 +106,7 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   backend_olat_ = olat;
   const k::Meta m = meta(st);
   faults_.before_backend(streams_.main(), st);
+  if (cfg.dcp_size > 1) return sparse_mqa_dcp(l, st, olat);
   // The gather reads only the top-k rows and the cache (written before the fork): with the
   // indexer's stream still open it runs there, after the select, and the join follows it.
   if (launch_rows > 0)
@@ -114,6 +116,53 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
                          w.topk_trace->get(), faults_.latent_fault());
   streams_.join(st);  // the gathered keys (a no-op when never forked)
   if (launch_rows == 0) return;
+  attend(l, st, buf_.topk->get(), olat, w.olat_trace->get(), w.lse->get());
+}
+
+/// Under DCP (MATH.md, "Context-parallel shards"), the ranks one after the other on this GPU:
+/// each rank's share of the rows (its owned entries in place, -1 holes), its partial attention
+/// over them (the same kernels), then the LSE merge into the backend's buffer and the layer's
+/// lse. Ranks read this stack's one cache: a rank's cache would hold the same entries.
+template <class S>
+void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, S* olat) {
+  LayerDev<S>& w = buf_.layers[l];
+  const k::Dims d = dims();
+  const int launch_rows = st.device_driven ? step_.T : step_.Ta;
+  const k::Meta m = meta(st);
+  streams_.join(st);  // the indexer's stream: every rank reads the sets
+  if (launch_rows == 0) return;
+  const std::size_t rows = static_cast<std::size_t>(launch_rows) * d.K;
+  check(cudaMemcpyAsync(w.topk_trace->get(), buf_.topk->get(), rows * sizeof(int),
+                        cudaMemcpyDeviceToDevice, streams_.main()),
+        "sparse_mqa: the layer's sets");
+  const long long stride = max_tokens_;  // rows of one rank's partials
+  const std::size_t olat_stride = static_cast<std::size_t>(stride) * d.H * d.L;
+  for (int r = 0; r < cfg.dcp_size; ++r) {
+    k::launch_dcp_share(go("sparse_mqa"), d, m, launch_rows, buf_.topk->get(),
+                        buf_.dcp_share->get(), cfg.dcp_size, cfg.dcp_interleave, r);
+    k::launch_mqa_gather(go("sparse_mqa"), d, m, launch_rows, w.kv, buf_.dcp_share->get(),
+                         buf_.mqa_keys->get(),
+                         (d.L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
+                         buf_.dcp_sets->get(), faults_.latent_fault());
+    S* part = buf_.dcp_olat->get() + r * olat_stride;
+    attend(l, st, buf_.dcp_share->get(), part, part,
+           buf_.dcp_lse->get() + static_cast<std::size_t>(r) * stride * d.H);
+  }
+  k::launch_dcp_merge(go("sparse_mqa"), d, m, launch_rows, cfg.dcp_size, stride,
+                      static_cast<const S*>(buf_.dcp_olat->get()), buf_.dcp_lse->get(), olat,
+                      w.olat_trace->get(), w.lse->get());
+}
+
+/// Step 8 over the gathered keys of `sets` (mqa_keys): the scores, the softmax, P.V and the
+/// finish into olat (and olat_trace) and lse.
+template <class S>
+void StackImpl<S>::attend(int l, const LaunchState& st, const int* sets, S* olat, S* olat_trace,
+                          float* lse) {
+  LayerDev<S>& w = buf_.layers[l];
+  const k::Dims d = dims();
+  const int H = d.H, L = d.L;
+  const int launch_rows = st.device_driven ? step_.T : step_.Ta;
+  const k::Meta m = meta(st);
   // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr (cuBLAS is
   // column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major view and qpack_t a
   // W x H one).
@@ -136,7 +185,7 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   const long long key_stride = static_cast<long long>(d.K) * W;
   batched(CUBLAS_OP_T, d.K, H, W, &sigma, keys, W, key_stride, w.qpack->get(), W,
           static_cast<long long>(H) * W, &zero, buf_.mqa_z->get(), d.K, HK, "sparse_mqa scores");
-  k::launch_mqa_softmax(go("sparse_mqa"), d, m, launch_rows, buf_.topk->get(), buf_.mqa_z->get(),
+  k::launch_mqa_softmax(go("sparse_mqa"), d, m, launch_rows, sets, buf_.mqa_z->get(),
                         buf_.mqa_p->get(), buf_.mqa_ml->get());
   // acc_t (H x L) = P_t c_t: acc_t^T = c_t^T P_t^T, column-major L x K times K x H.
   batched(CUBLAS_OP_N, L, H, d.K, &one, keys, W, key_stride, buf_.mqa_p->get(), d.K, HK, &zero,
@@ -144,7 +193,7 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   // The gather and the finish also write the trace copies (not part of the op's contract):
   // this layer's sets and latent.
   k::launch_mqa_finish(go("sparse_mqa"), d, m, launch_rows, buf_.mqa_acc->get(), buf_.mqa_ml->get(),
-                       olat, w.olat_trace->get(), w.lse->get());
+                       olat, olat_trace, lse);
 }
 
 /// The no-copy form: backend rows [0, T_a) into o.

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 
 #include "../kernels/cache.cuh"
 #include "../kernels/index_scores.cuh"
@@ -31,6 +32,9 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
   cfg.validate();
   w.check_shapes(cfg);
   if (max_tokens < 1) throw std::invalid_argument("gpu stack: max_tokens must be >= 1");
+  if (cfg.dcp_size > 1 && cfg.dcp_indexer_mode != DcpIndexerMode::exact)
+    throw std::invalid_argument(
+        "gpu stack: dcp_indexer_mode union is not built on the GPU (exact only)");
   if (opt.block_offset < 0 || opt.block_offset > INT32_MAX - static_cast<long long>(num_blocks))
     throw std::invalid_argument("gpu stack: block_offset " + std::to_string(opt.block_offset) +
                                 " puts block ids past 2^31 - 1");
@@ -60,6 +64,13 @@ StackImpl<S>::StackImpl(const Config& c, const Weights& w, int num_blocks, int m
   buf_.mqa_acc = zeros<float>(T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
   buf_.mqa_ml = zeros<float>(T * cfg.num_heads * 2);
   buf_.uv_rows = zeros<S>(T * cfg.num_heads * static_cast<std::size_t>(cfg.v_head_dim));
+  if (cfg.dcp_size > 1) {  // the ranks emulated here, one after the other (attention.cu)
+    const std::size_t W = static_cast<std::size_t>(cfg.dcp_size);
+    buf_.dcp_share = zeros<int>(T * cfg.index_topk);
+    buf_.dcp_sets = zeros<int>(T * cfg.index_topk);
+    buf_.dcp_olat = zeros<S>(W * T * cfg.num_heads * static_cast<std::size_t>(cfg.kv_lora_rank));
+    buf_.dcp_lse = zeros<float>(W * T * cfg.num_heads);
+  }
   if (gather_) {  // o_proj's partial rows and every rank's, gathered
     buf_.ypart = zeros<S>(T * cfg.hidden_size);
     buf_.parts = zeros<S>(T * cfg.hidden_size * static_cast<std::size_t>(gather_->ranks()));

@@ -102,6 +102,11 @@ struct DeviceBuffers {
   Buf<int> topk;
   Buf<int> topk_paths;  // k::TopkRowPath counts, added to by every select (captured ones too)
   std::array<Buf<S>, 2> ring;  // the backend's own output buffers: the address rotates
+  // Decode context parallelism (cfg.dcp_size > 1): a rank's share of the top-k rows, a scratch
+  // for the gather's copy of the sets, and every rank's partial olat and lse.
+  Buf<int> dcp_share, dcp_sets;
+  Buf<S> dcp_olat;
+  Buf<float> dcp_lse;
 };
 
 /// The step on the device (upload_step) and its sizes on the host: the capture size T, the
@@ -185,6 +190,8 @@ class StackImpl final : public Stack::Impl {
   void indexer_wq_b(int l, cudaStream_t s);
   void fused_q(int l, const LaunchState& st);
   void indexer_topk(int l, const LaunchState& st);
+  void sparse_mqa_dcp(int l, const LaunchState& st, S* olat);
+  void attend(int l, const LaunchState& st, const int* sets, S* olat, S* olat_trace, float* lse);
   void sparse_mqa(int l, const LaunchState& st);
   void uv_proj(int l, const LaunchState& st);
   void uv_proj_static(int l);
