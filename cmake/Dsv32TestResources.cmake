@@ -42,18 +42,26 @@ endfunction()
 # SLOTS tests run at once; each gets that share of the host's cores for its OpenMP threads (the
 # oracle's judging, torch's CPU work), with passive waits. Without the share each of them would
 # start a thread a core, and six tests on 16 cores ran 3x slower each (docs/DECISIONS.md). A
-# caller's OMP_NUM_THREADS wins; without a spec (GPUS 0) nothing changes.
+# caller's OMP_NUM_THREADS wins; without a spec (GPUS 0) nothing changes. Tests whose names end in
+# _one_gpu (ranks on one GPU) also get CUDA_MODULE_LOADING=EAGER (gpu/tp.hpp says why).
 function(dsv32_share_host gpus slots)
-  if(gpus LESS 1 OR DEFINED ENV{OMP_NUM_THREADS})
-    return()
-  endif()
-  cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
-  math(EXPR threads "${cores} / (${gpus} * ${slots})")
-  if(threads LESS 1)
-    set(threads 1)
+  set(share "")
+  if(gpus GREATER 0 AND NOT DEFINED ENV{OMP_NUM_THREADS})
+    cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+    math(EXPR threads "${cores} / (${gpus} * ${slots})")
+    if(threads LESS 1)
+      set(threads 1)
+    endif()
+    set(share "OMP_NUM_THREADS=set:${threads};OMP_WAIT_POLICY=set:PASSIVE")
   endif()
   foreach(name IN LISTS ARGN)
-    set_tests_properties("${name}" PROPERTIES ENVIRONMENT_MODIFICATION
-                         "OMP_NUM_THREADS=set:${threads};OMP_WAIT_POLICY=set:PASSIVE")
+    set(env "${share}")
+    # Ranks on one GPU need every kernel loaded before they wait for each other (gpu/tp.hpp).
+    if(name MATCHES "_one_gpu( |$)")
+      list(APPEND env "CUDA_MODULE_LOADING=set:EAGER")
+    endif()
+    if(env)
+      set_tests_properties("${name}" PROPERTIES ENVIRONMENT_MODIFICATION "${env}")
+    endif()
   endforeach()
 endfunction()

@@ -170,12 +170,13 @@ int run(const BenchGpuOptions& o) {
   out["context"] = o.context;
   for (int tp : o.tp) {
     // Tensor-parallel: each of tp GPUs holds H / tp heads; a step's time is its slowest rank's.
-    if (const std::string why = gpu::no_tp_reason(tp); !why.empty()) {
+    // Over NCCL only: ranks sharing one GPU would time the sharing, not the layer.
+    if (const std::string why = gpu::no_tp_reason(tp, gpu::TpTransport::nccl); !why.empty()) {
       fmt::print("tp {}: not run: {}\n", tp, why);
       out["not_run"][std::to_string(tp)] = why;
       continue;
     }
-    gpu::TpGroup group(cfg, w, tp, blocks, max_batch, stack_options(o));
+    gpu::TpGroup group(cfg, w, tp, blocks, max_batch, stack_options(o), gpu::TpTransport::nccl);
     std::string head = fmt::format("tp {} ({} heads a GPU)\n{:>6}", tp, cfg.num_heads / tp, "T");
     for (const std::string& p : boundary::plan_names()) head += fmt::format(" {:>16}", p);
     fmt::print("{}\n", head);

@@ -74,9 +74,10 @@ int run(const GpuOptions& o) {
   const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
                             gc.steps, got, o.tp);
   fmt::print(
-      "dsv32 gpu: case {} plan {} tp {} on {}: {} stages and {} top-k rows judged, {} "
+      "dsv32 gpu: case {} plan {} tp {} ({}) on {}: {} stages and {} top-k rows judged, {} "
       "failures\n",
-      gc.case_id, o.plan, o.tp, gpu::device_summary(), j.stages, j.topk_rows, j.failures.size());
+      gc.case_id, o.plan, o.tp, gpu::transport_name(group.transport(), o.tp), gpu::device_summary(),
+      j.stages, j.topk_rows, j.failures.size());
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
   if (j.failures.empty()) fmt::print("  {}\n", j.worst_text());
   // What the run exercised: the case's rows, the graphs that served the steps, the paths.

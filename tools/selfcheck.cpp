@@ -134,11 +134,12 @@ void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vect
   }
 }
 
-/// Tensor parallelism on `tp` GPUs: `eager` within the unsharded oracle's gates, every other
-/// plan bitwise equal to it.
+/// Tensor parallelism of `tp` ranks (over NCCL on tp GPUs, else on one GPU): `eager` within the
+/// unsharded oracle's gates, every other plan bitwise equal to it.
 Verdict tp_row(const golden::GoldenCase& gc, int tp) {
   const std::string what =
-      fmt::format("gpu tp {}: eager vs unsharded oracle, every plan bitwise", tp);
+      fmt::format("gpu tp {} ({}): eager vs unsharded oracle, every plan bitwise", tp,
+                  gpu::transport_name(gpu::TpTransport::automatic, tp));
   if (gc.cfg.num_heads % tp != 0)
     return {what, Status::not_run,
             fmt::format("{} heads do not divide by {}", gc.cfg.num_heads, tp)};

@@ -17,7 +17,7 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
                                            int num_blocks, const std::vector<StepInput>& steps,
                                            const std::vector<std::string>& plans,
                                            const std::vector<StepTrace>& eager, int tp,
-                                           const std::string& mutant) {
+                                           const std::string& mutant, TpTransport transport) {
   if (tp > 1 && !mutant.empty())
     throw boundary::PlanError("check_plans_bitwise: mutants are switched on at tp 1 only");
   // The mutant's name parsed once (throws PlanError for a name that is none).
@@ -32,7 +32,7 @@ std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& wei
     if (parsed && boundary::is_plan_mutant(*parsed)) plan = boundary::mutate_plan(plan, *parsed);
     std::vector<StepTrace> got;
     if (tp > 1) {
-      got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures);
+      got = run_steps_tp(cfg, weights, tp, num_blocks, steps, plan, &c.captures, transport);
     } else {
       Stack stack(cfg, weights, num_blocks, max_capture_size(steps));
       if (parsed && !boundary::is_plan_mutant(*parsed)) stack.lab().set_mutant(mutant);

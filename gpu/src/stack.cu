@@ -47,6 +47,11 @@ CaptureInfo Stack::capture(const boundary::Plan& plan, int T, bool allow_host_ca
   return impl_->capture(plan, T, allow_host_capture);
 }
 
+void Stack::prepare(const boundary::Plan& plan, const StepInput& in) {
+  const detail::DeviceGuard on(impl_->device);
+  impl_->prepare(plan, in);
+}
+
 StepTrace Stack::replay(const boundary::Plan& plan, const StepInput& in) {
   const detail::DeviceGuard on(impl_->device);
   return impl_->run(plan, in, true);

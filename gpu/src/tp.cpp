@@ -14,6 +14,7 @@
 
 #include "dsv32/gpu/device.hpp"
 #include "dsv32/gpu/stack_lab.hpp"
+#include "local_exchange.hpp"
 
 #if DSV32_HAVE_NCCL
 #include <nccl.h>
@@ -25,14 +26,43 @@ bool built_with_nccl() {
   return DSV32_HAVE_NCCL != 0;
 }
 
-std::string no_tp_reason(int tp) {
+namespace {
+
+/// Why NCCL cannot carry tp ranks here ("" when it can).
+std::string no_nccl_reason(int tp) {
+  if (!built_with_nccl())
+    return "tp " + std::to_string(tp) + " over NCCL needs NCCL; this build has none";
+  if (const int count = device_count(); count < tp)
+    return "tp " + std::to_string(tp) + " over NCCL needs " + std::to_string(tp) + " GPUs; " +
+           std::to_string(count) + " visible";
+  return "";
+}
+
+/// nccl or one_gpu for tp ranks here (tp 1: one_gpu, a single stack with no collective).
+TpTransport resolve(TpTransport t, int tp) {
+  if (t != TpTransport::automatic) return t;
+  return tp > 1 && no_nccl_reason(tp).empty() ? TpTransport::nccl : TpTransport::one_gpu;
+}
+
+}  // namespace
+
+std::string transport_name(TpTransport transport, int tp) {
+  return resolve(transport, tp) == TpTransport::nccl ? "nccl" : "one GPU";
+}
+
+std::string no_tp_reason(int tp, TpTransport transport) {
   if (tp < 1) return "tp must be >= 1 (got " + std::to_string(tp) + ")";
   if (std::string why = no_device_reason(); !why.empty()) return why;
   if (tp == 1) return "";
-  if (!built_with_nccl()) return "tp " + std::to_string(tp) + " needs NCCL; this build has none";
-  if (const int count = device_count(); count < tp)
-    return "tp " + std::to_string(tp) + " needs " + std::to_string(tp) + " GPUs; " +
-           std::to_string(count) + " visible";
+  if (resolve(transport, tp) == TpTransport::nccl) return no_nccl_reason(tp);
+  // Ranks on one GPU wait for each other on the device; a kernel loaded lazily on its first
+  // launch may wait for the whole device, so one rank's first launch would wait for a peer
+  // that waits for it (measured: every first group of a process timed out).
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  if (!loading || std::string(loading) != "EAGER")
+    return "tp " + std::to_string(tp) +
+           " on one GPU needs CUDA_MODULE_LOADING=EAGER in the environment (CUDA loads kernels "
+           "lazily by default, and a lazy load can wait for the ranks' exchange: a deadlock)";
   return "";
 }
 
@@ -139,6 +169,8 @@ struct TpGroup::Impl {
 #endif
   Config cfg;
   int tp = 1;
+  TpTransport transport = TpTransport::one_gpu;
+  std::unique_ptr<LocalExchange> local;  // one_gpu: the ranks' gather through device memory
   std::vector<std::unique_ptr<Stack>> stacks;
   std::vector<StepTrace> last;
   std::string broken;    // why the group refuses calls ("" while usable)
@@ -171,6 +203,7 @@ struct TpGroup::Impl {
         }
       }
     }
+    if (first.empty() && local) first = local->failure();
     if (!first.empty()) {
       broken = first;
       throw TpError(first);
@@ -178,6 +211,7 @@ struct TpGroup::Impl {
   }
 
   void abort_comms() {
+    if (local) local->abort();
 #if DSV32_HAVE_NCCL
     for (NcclGather& g : gathers)
       if (g.comm) ncclCommAbort(g.comm), g.comm = nullptr;
@@ -185,8 +219,9 @@ struct TpGroup::Impl {
   }
 
   ~Impl() {
-    // Each stack frees on its own device; then the communicators go.
+    // Each stack frees on its own device; then the communicators or the exchange go.
     stacks.clear();
+    local.reset();
 #if DSV32_HAVE_NCCL
     for (NcclGather& g : gathers)
       if (g.comm) ncclCommDestroy(g.comm);
@@ -195,17 +230,25 @@ struct TpGroup::Impl {
 };
 
 TpGroup::TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens,
-                 const StackOptions& options)
+                 const StackOptions& options, TpTransport transport)
     : impl_(std::make_unique<Impl>()) {
   const Config shard = cfg.tp_shard(tp);  // ConfigError unless tp divides the heads
   weights.check_shapes(cfg);
-  if (const std::string why = no_tp_reason(tp); !why.empty()) throw TpError(why);
+  if (const std::string why = no_tp_reason(tp, transport); !why.empty()) throw TpError(why);
   Impl& m = *impl_;
   m.cfg = cfg;
   m.tp = tp;
+  m.transport = resolve(transport, tp);
   m.stacks.resize(tp);
+  int here = 0;  // one_gpu: every rank on the caller's device
+  if (m.transport == TpTransport::one_gpu) {
+    if (cudaGetDevice(&here) != cudaSuccess) throw TpError("tp: no current CUDA device");
+    if (tp > 1)  // o_proj's rows: at most max_tokens x D values of fp32 a rank
+      m.local = std::make_unique<LocalExchange>(
+          tp, static_cast<std::size_t>(std::max(max_tokens, 1)) * cfg.hidden_size * sizeof(float));
+  }
 #if DSV32_HAVE_NCCL
-  if (tp > 1) {
+  if (tp > 1 && m.transport == TpTransport::nccl) {
     setenv("NCCL_NVLS_ENABLE", "0", 1);      // NVLink multicast stays off (docs/GPU.md)
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);  // connect now, not inside a capture
     std::vector<ncclComm_t> comms(tp);
@@ -223,11 +266,13 @@ TpGroup::TpGroup(const Config& cfg, const Weights& weights, int tp, int num_bloc
     Weights w;
     for (int l = 0; l < cfg.num_layers; ++l)
       w.layers.push_back(weights.head_shard(cfg, l, r * per, (r + 1) * per));
-    RankGather* gather = nullptr;
+    RankGather* gather = m.local ? m.local->gather(r) : nullptr;
 #if DSV32_HAVE_NCCL
-    if (tp > 1) gather = &m.gathers[r];
+    if (tp > 1 && m.transport == TpTransport::nccl) gather = &m.gathers[r];
 #endif
-    m.stacks[r] = std::make_unique<Stack>(shard, w, num_blocks, max_tokens, r, gather, options);
+    const int device = m.transport == TpTransport::nccl ? r : here;
+    m.stacks[r] =
+        std::make_unique<Stack>(shard, w, num_blocks, max_tokens, device, gather, options);
   });
 }
 
@@ -235,6 +280,10 @@ TpGroup::~TpGroup() = default;
 
 int TpGroup::size() const {
   return impl_->tp;
+}
+
+TpTransport TpGroup::transport() const {
+  return impl_->transport;
 }
 
 StackReport TpGroup::report() const {
@@ -245,6 +294,18 @@ StepTrace TpGroup::run(const boundary::Plan& plan, const StepInput& in) {
   Impl& m = *impl_;
   m.last.assign(m.tp, StepTrace{});
   const int inject = std::exchange(m.inject_rank, -1);
+  if (m.local)  // every rank captures what the step needs before any rank replays
+    m.each_rank([&](int r) {
+      if (r == inject) return;
+      m.local->set_rehearsal(r, true);
+      try {
+        m.stacks[r]->prepare(plan, in);
+      } catch (...) {
+        m.local->set_rehearsal(r, false);
+        throw;
+      }
+      m.local->set_rehearsal(r, false);
+    });
   m.each_rank([&](int r) {
     if (r == inject) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others reach o_proj
@@ -279,8 +340,9 @@ double TpGroup::time_step(const boundary::Plan& plan, const StepInput& in, int r
 
 std::vector<StepTrace> run_steps_tp(const Config& cfg, const Weights& weights, int tp,
                                     int num_blocks, const std::vector<StepInput>& steps,
-                                    const boundary::Plan& plan, int* captures) {
-  TpGroup group(cfg, weights, tp, num_blocks, max_capture_size(steps));
+                                    const boundary::Plan& plan, int* captures,
+                                    TpTransport transport) {
+  TpGroup group(cfg, weights, tp, num_blocks, max_capture_size(steps), {}, transport);
   std::vector<StepTrace> out;
   for (const StepInput& in : steps) out.push_back(group.run(plan, in));
   if (captures) *captures = group.report().captures;

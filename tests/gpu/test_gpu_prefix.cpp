@@ -254,20 +254,24 @@ class GpuPrefixPlan : public ::testing::Test {
   return true;
 }();
 
-#define DSV32_REQUIRE_TP(tp)                                                                 \
-  do {                                                                                       \
-    DSV32_REQUIRE_GPU();                                                                     \
-    if (const std::string why_ = gpu::no_tp_reason(tp); !why_.empty()) GTEST_SKIP() << why_; \
-  } while (0)
+/// Every rank's stack stores the whole prefix (the caches are replicated); eager passes the
+/// unsharded oracle and every plan gives its bits: "" or why not.
+std::string prefix_under_tp2(gpu::TpTransport transport) {
+  const PrefixRun s = setup(variants()[1]);  // fs_fp8
+  return testing::check_plans(s.cfg, s.w, kNumBlocks, s.steps, boundary::plan_names(), nullptr, 2,
+                              transport);
+}
+
+TEST(GpuPrefixTp, EveryPlanOnEachRankMatchesTheUnshardedOracle_tp2_one_gpu) {
+  DSV32_REQUIRE_GPU();
+  EXPECT_EQ(prefix_under_tp2(gpu::TpTransport::one_gpu), "");
+}
 
 TEST(GpuPrefixTp, EveryPlanOnEachRankMatchesTheUnshardedOracle_tp2) {
-  // Every rank's stack stores the whole prefix (the caches are replicated); eager passes the
-  // unsharded oracle and every plan gives its bits.
-  DSV32_REQUIRE_TP(2);
-  const PrefixRun s = setup(variants()[1]);  // fs_fp8
-  EXPECT_EQ(
-      testing::check_plans(s.cfg, s.w, kNumBlocks, s.steps, boundary::plan_names(), nullptr, 2),
-      "");
+  DSV32_REQUIRE_GPU();
+  if (const std::string why = gpu::no_tp_reason(2, gpu::TpTransport::nccl); !why.empty())
+    GTEST_SKIP() << why;
+  EXPECT_EQ(prefix_under_tp2(gpu::TpTransport::nccl), "");
 }
 
 TEST(GpuPrefixGolden, AGoldenWithAPrefixRunsAsDsv32GpuRunsIt) {

@@ -100,11 +100,14 @@ TEST(TpGroup, RefusesWhatItCannotRun) {
   const golden::GoldenCase gc = golden::read(testing::fixture("default"));  // H = 4
   EXPECT_THROW(gpu::TpGroup(gc.cfg, gc.weights, 3, gc.num_blocks, 8), ConfigError);
   EXPECT_NE(gpu::no_tp_reason(0).find(">= 1"), std::string::npos);
-  EXPECT_NE(gpu::no_tp_reason(1 << 20), "");  // no machine has a million GPUs
-  const std::string why = gpu::no_tp_reason(2);
-  if (why.empty()) GTEST_SKIP() << "two GPUs are visible: a group of 2 would run";
+  // no machine has a million GPUs
+  EXPECT_NE(gpu::no_tp_reason(1 << 20, gpu::TpTransport::nccl), "");
+  // Ranks on one GPU need one GPU, whatever their number.
+  EXPECT_EQ(gpu::no_tp_reason(8, gpu::TpTransport::one_gpu), gpu::no_tp_reason(1));
+  const std::string why = gpu::no_tp_reason(2, gpu::TpTransport::nccl);
+  if (why.empty()) GTEST_SKIP() << "two GPUs are visible: a group of 2 would run over NCCL";
   try {
-    gpu::TpGroup group(gc.cfg, gc.weights, 2, gc.num_blocks, 8);
+    gpu::TpGroup group(gc.cfg, gc.weights, 2, gc.num_blocks, 8, {}, gpu::TpTransport::nccl);
     FAIL() << "a group of 2 was built where: " << why;
   } catch (const gpu::TpError& e) {
     EXPECT_EQ(std::string(e.what()), why);

@@ -14,15 +14,16 @@
 
 namespace dsv32::testing {
 
-/// Runs `steps` under the preset `plan` on a fresh stack (tp > 1: a fresh tensor-parallel group,
-/// its ranks' traces merged); `captures` receives how many captures the stack (each rank) ended
-/// up holding.
+/// Runs `steps` under the preset `plan` on a fresh stack (tp > 1: a fresh tensor-parallel group
+/// whose ranks meet over `transport`, its ranks' traces merged); `captures` receives how many
+/// captures the stack (each rank) ended up holding.
 inline std::vector<StepTrace> run_plan(const Config& cfg, const Weights& w, int num_blocks,
                                        const std::vector<StepInput>& steps, const std::string& plan,
-                                       int* captures = nullptr, int tp = 1) {
+                                       int* captures = nullptr, int tp = 1,
+                                       gpu::TpTransport transport = gpu::TpTransport::automatic) {
   if (tp > 1)
     return gpu::run_steps_tp(cfg, w, tp, num_blocks, steps, boundary::plan_preset(plan, cfg),
-                             captures);
+                             captures, transport);
   return gpu::run_steps(cfg, w, num_blocks, steps, boundary::plan_preset(plan, cfg), "", captures);
 }
 
@@ -30,12 +31,15 @@ inline std::vector<StepTrace> run_plan(const Config& cfg, const Weights& w, int 
 /// eager's bits on every step, capturing once per distinct capture size; else what failed first.
 /// With `unjudgeable`, a run whose only oracle failures are vacuous gates (the oracle's own
 /// spread too wide to judge by) sets it and is judged by the bitwise checks alone. With tp > 1
-/// every run is a tensor-parallel group's, judged against the unsharded oracle.
+/// every run is a tensor-parallel group's (its ranks meeting over `transport`), judged against
+/// the unsharded oracle.
 inline std::string check_plans(const Config& cfg, const std::shared_ptr<const Weights>& w,
                                int num_blocks, const std::vector<StepInput>& steps,
                                const std::vector<std::string>& plans,
-                               std::string* unjudgeable = nullptr, int tp = 1) {
-  const std::vector<StepTrace> base = run_plan(cfg, *w, num_blocks, steps, "eager", nullptr, tp);
+                               std::string* unjudgeable = nullptr, int tp = 1,
+                               gpu::TpTransport transport = gpu::TpTransport::automatic) {
+  const std::vector<StepTrace> base =
+      run_plan(cfg, *w, num_blocks, steps, "eager", nullptr, tp, transport);
   const Judgement j = judge(cfg, w, num_blocks, steps, base, tp);
   if (j.stages == 0) return "eager vs oracle: nothing was compared";
   const bool only_vacuous = j.vacuous == static_cast<int>(j.failures.size());
@@ -45,7 +49,7 @@ inline std::string check_plans(const Config& cfg, const std::shared_ptr<const We
     return "eager vs oracle: " + j.failures.front() + " (" + std::to_string(j.failures.size()) +
            " failures)";
   for (const gpu::PlanCheck& c :
-       gpu::check_plans_bitwise(cfg, *w, num_blocks, steps, plans, base, tp)) {
+       gpu::check_plans_bitwise(cfg, *w, num_blocks, steps, plans, base, tp, "", transport)) {
     if (!c.difference.empty()) return "plan " + c.plan + " differs from eager: " + c.difference;
     // One graph per capture size and plan serving a step there (a dispatch plan: its full graph
     // for uniform decode steps, its piecewise plan's for the others); at tp 1 check_plans_bitwise

@@ -48,6 +48,13 @@ void StackImpl<S>::step(const boundary::Plan& plan, const StepInput& in, bool re
 }
 
 template <class S>
+void StackImpl<S>::prepare(const boundary::Plan& plan, const StepInput& in) {
+  const boundary::Plan& serving = faults_.serving(plan, in);
+  if (serving.capture && !captures_.count({serving.record_signature(), in.capture_size}))
+    capture_one(serving, in.capture_size, false);
+}
+
+template <class S>
 void StackImpl<S>::launch(const boundary::Plan& serving, BreakableGraph* graph) {
   if (graph)
     costs_.replay(*graph);

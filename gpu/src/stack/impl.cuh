@@ -40,6 +40,7 @@ struct Stack::Impl {
   // Serving.
   virtual StepTrace run(const boundary::Plan& plan, const StepInput& in, bool replay_only) = 0;
   virtual CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) = 0;
+  virtual void prepare(const boundary::Plan& plan, const StepInput& in) = 0;
   virtual StackReport report() = 0;
   // Lab (StackLab).
   virtual void set_mutant(boundary::StackMutant mutant) = 0;
@@ -136,6 +137,7 @@ class StackImpl final : public Stack::Impl {
   // capture.cu
   StepTrace run(const boundary::Plan& plan, const StepInput& in, bool replay_only) override;
   CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture) override;
+  void prepare(const boundary::Plan& plan, const StepInput& in) override;
   StackReport report() override;
   // timing.cu
   void set_mutant(boundary::StackMutant mutant) override;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "dsv32/gpu/tp.hpp"
 #include "dsv32/oracle/oracle.hpp"
 
 namespace dsv32::gpu {
@@ -25,11 +26,13 @@ struct PlanCheck {
 /// capture size before the steps run (as Stack::run would on first use), for `structure`.
 /// `mutant` (tp 1 only; "" none): a plan mutant is applied to every plan that captures, a
 /// stack mutant switched on in every stack (a full graphs' mutant only shows in a plan with
-/// full graphs): `dsv32 selfcheck --mutant` shows the main job failing on it.
+/// full graphs): `dsv32 selfcheck --mutant` shows the main job failing on it. `transport`: how
+/// the ranks of tp > 1 meet (TpTransport).
 std::vector<PlanCheck> check_plans_bitwise(const Config& cfg, const Weights& weights,
                                            int num_blocks, const std::vector<StepInput>& steps,
                                            const std::vector<std::string>& plans,
                                            const std::vector<StepTrace>& eager, int tp = 1,
-                                           const std::string& mutant = "");
+                                           const std::string& mutant = "",
+                                           TpTransport transport = TpTransport::automatic);
 
 }  // namespace dsv32::gpu

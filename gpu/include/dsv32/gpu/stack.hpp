@@ -120,6 +120,10 @@ class Stack {
   /// the residual stream holds ones) and is recorded for replay. Validates the plan unless
   /// `allow_host_capture`.
   CaptureInfo capture(const boundary::Plan& plan, int T, bool allow_host_capture = false);
+  /// Captures what run(plan, in) would capture on first use (nothing when it holds it already),
+  /// without running the step: a group of ranks on one GPU captures on every rank before any
+  /// rank replays (gpu/tp.hpp).
+  void prepare(const boundary::Plan& plan, const StepInput& in);
   /// Replays the capture of (plan, in.capture_size) for the step: writes the inputs into the
   /// static buffers, updates the host metadata, runs the segments in order on one stream.
   StepTrace replay(const boundary::Plan& plan, const StepInput& in);

@@ -1,6 +1,7 @@
-// Tensor parallelism (MATH.md section 3): one GPU stack per rank, each on its own device with
-// H / tp heads and the whole (replicated) indexer; o_proj's partial sums are gathered over NCCL
-// and added in rank order on every rank. Host-only header.
+// Tensor parallelism (MATH.md section 3): one GPU stack per rank with H / tp heads and the whole
+// (replicated) indexer; o_proj's partial sums are gathered and added in rank order on every rank.
+// The ranks meet over NCCL, one a GPU, or on one GPU (docs/GPU.md, "Ranks on one GPU").
+// Host-only header.
 #pragma once
 
 #include <memory>
@@ -18,9 +19,20 @@ struct TpError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Empty when `tp` ranks can run here (tp == 1 always can with a GPU; tp > 1 needs a build with
-/// NCCL and tp visible devices), else why not (for GTEST_SKIP and the CLI).
-std::string no_tp_reason(int tp);
+/// How a group's ranks meet. `nccl`: one rank a GPU (devices 0 .. tp - 1), o_proj's gather over
+/// NCCL. `one_gpu`: every rank a stack of the current device, with its own caches, streams and
+/// host thread, the gather through device memory (capturable, as NCCL's is): the same ranks
+/// computing the same bits, on a machine of one GPU; it needs CUDA_MODULE_LOADING=EAGER (a
+/// kernel loaded lazily can wait for the whole device while a peer waits for it).
+/// `automatic`: NCCL when the build has it and tp GPUs are visible, else one GPU.
+enum class TpTransport { automatic, nccl, one_gpu };
+/// "nccl" or "one GPU" (automatic: what it resolves to for tp ranks here).
+std::string transport_name(TpTransport transport, int tp);
+
+/// Empty when `tp` ranks can run here over `transport` (tp == 1 always can with a GPU; NCCL
+/// needs a build with it and tp visible devices; one GPU needs a GPU), else why not (for
+/// GTEST_SKIP and the CLI).
+std::string no_tp_reason(int tp, TpTransport transport = TpTransport::automatic);
 /// Whether this build has NCCL.
 bool built_with_nccl();
 
@@ -31,7 +43,8 @@ bool built_with_nccl();
 /// traces do not fit together (stage names, shapes).
 StepTrace merge_rank_traces(const Config& cfg, const std::vector<StepTrace>& ranks);
 
-/// `tp` ranks on CUDA devices 0 .. tp - 1 of this process, one host thread each.
+/// `tp` ranks of this process, one host thread each: on CUDA devices 0 .. tp - 1 over NCCL, or
+/// all on the current device (TpTransport).
 class TpGroup {
  public:
   /// cfg and weights are the unsharded layer's; num_heads must divide by tp. NCCL runs with
@@ -39,12 +52,14 @@ class TpGroup {
   /// its connections made when the group is built (NCCL_RUNTIME_CONNECT=0 unless set), so that
   /// nothing is allocated while a rank's stream is captured.
   TpGroup(const Config& cfg, const Weights& weights, int tp, int num_blocks, int max_tokens,
-          const StackOptions& options = {});
+          const StackOptions& options = {}, TpTransport transport = TpTransport::automatic);
   ~TpGroup();
   TpGroup(const TpGroup&) = delete;
   TpGroup& operator=(const TpGroup&) = delete;
 
   int size() const;
+  /// nccl or one_gpu: how this group's ranks meet.
+  TpTransport transport() const;
   /// Runs the step on every rank under `plan` (each rank captures on first use, like
   /// Stack::run) and returns the merged trace. A rank that fails aborts the group's NCCL
   /// communicators (the others would wait for it forever); the group then refuses every call.
@@ -75,6 +90,7 @@ class TpGroup {
 /// collective (the bits of gpu::run_steps).
 std::vector<StepTrace> run_steps_tp(const Config& cfg, const Weights& weights, int tp,
                                     int num_blocks, const std::vector<StepInput>& steps,
-                                    const boundary::Plan& plan, int* captures = nullptr);
+                                    const boundary::Plan& plan, int* captures = nullptr,
+                                    TpTransport transport = TpTransport::automatic);
 
 }  // namespace dsv32::gpu
