@@ -38,7 +38,9 @@ def test_1_selfcheck_fails_a_fixture_with_an_inf(files, inf):
     poisoned = files.path("poisoned-fixtures")
     shutil.copytree(FIXTURES, poisoned)
     shutil.copy(inf, os.path.join(poisoned, "default.h5"))
-    expect(tool("selfcheck", "--fixtures", poisoned), 1, "FAIL", "+Inf at (0, 5)")
+    # The whole main job over every fixture: under ASan on a loaded 2-core machine it passed
+    # 60 s (the hang guard's default); a hang would still be caught.
+    expect(tool("selfcheck", "--fixtures", poisoned, timeout=300), 1, "FAIL", "+Inf at (0, 5)")
 
 
 # 2. A full disk while writing: SIGSEGV in HDF5's exit-time cleanup; a manifest left empty.
