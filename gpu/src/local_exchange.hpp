@@ -30,6 +30,17 @@ class LocalExchange {
   /// never wait on the device for a rank whose host thread is building a graph (an allocation
   /// or an instantiation may wait for the whole device: that would deadlock).
   void set_rehearsal(int rank, bool on);
+  /// set_rehearsal(rank, true) for the guard's scope.
+  struct Rehearsal {
+    Rehearsal(LocalExchange& x, int rank) : x_(x), rank_(rank) { x_.set_rehearsal(rank_, true); }
+    ~Rehearsal() { x_.set_rehearsal(rank_, false); }
+    Rehearsal(const Rehearsal&) = delete;
+    Rehearsal& operator=(const Rehearsal&) = delete;
+
+   private:
+    LocalExchange& x_;
+    int rank_;
+  };
   /// Releases every rank waiting on the device (a rank failed before it reached an exchange);
   /// the group is unusable afterwards.
   void abort();

@@ -297,14 +297,8 @@ StepTrace TpGroup::run(const boundary::Plan& plan, const StepInput& in) {
   if (m.local)  // every rank captures what the step needs before any rank replays
     m.each_rank([&](int r) {
       if (r == inject) return;
-      m.local->set_rehearsal(r, true);
-      try {
-        m.stacks[r]->prepare(plan, in);
-      } catch (...) {
-        m.local->set_rehearsal(r, false);
-        throw;
-      }
-      m.local->set_rehearsal(r, false);
+      const LocalExchange::Rehearsal rehearsing(*m.local, r);
+      m.stacks[r]->prepare(plan, in);
     });
   m.each_rank([&](int r) {
     if (r == inject) {

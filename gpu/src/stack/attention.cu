@@ -105,18 +105,19 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
   if (!st.device_driven) ring_next_ = (ring_next_ + 1) % buf_.ring.size();
   backend_olat_ = olat;
   const k::Meta m = meta(st);
+  // The gather copies a key row in 16-byte pieces where both of its parts allow.
+  const bool aligned = (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0;
   faults_.before_backend(streams_.main(), st);
-  if (cfg.dcp_size > 1) return sparse_mqa_dcp(l, st, olat);
+  if (cfg.dcp_size > 1) return sparse_mqa_dcp(l, st, m, launch_rows, aligned, olat);
   // The gather reads only the top-k rows and the cache (written before the fork): with the
   // indexer's stream still open it runs there, after the select, and the join follows it.
   if (launch_rows > 0)
     k::launch_mqa_gather(go("sparse_mqa", streams_.forked() ? streams_.aux() : streams_.main()), d,
-                         m, launch_rows, w.kv, buf_.topk->get(), buf_.mqa_keys->get(),
-                         (L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
+                         m, launch_rows, w.kv, buf_.topk->get(), buf_.mqa_keys->get(), aligned,
                          w.topk_trace->get(), faults_.latent_fault());
   streams_.join(st);  // the gathered keys (a no-op when never forked)
   if (launch_rows == 0) return;
-  attend(l, st, buf_.topk->get(), olat, w.olat_trace->get(), w.lse->get());
+  attend(l, m, launch_rows, buf_.topk->get(), olat, w.olat_trace->get(), w.lse->get());
 }
 
 /// Under DCP (MATH.md, "Context-parallel shards"), the ranks one after the other on this GPU:
@@ -124,11 +125,10 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
 /// over them (the same kernels), then the LSE merge into the backend's buffer and the layer's
 /// lse. Ranks read this stack's one cache: a rank's cache would hold the same entries.
 template <class S>
-void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, S* olat) {
+void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, const k::Meta& m, int launch_rows,
+                                  bool aligned, S* olat) {
   LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
-  const int launch_rows = st.device_driven ? step_.T : step_.Ta;
-  const k::Meta m = meta(st);
   streams_.join(st);  // the indexer's stream: every rank reads the sets
   if (launch_rows == 0) return;
   const std::size_t rows = static_cast<std::size_t>(launch_rows) * d.K;
@@ -141,11 +141,10 @@ void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, S* olat) {
     k::launch_dcp_share(go("sparse_mqa"), d, m, launch_rows, buf_.topk->get(),
                         buf_.dcp_share->get(), cfg.dcp_size, cfg.dcp_interleave, r);
     k::launch_mqa_gather(go("sparse_mqa"), d, m, launch_rows, w.kv, buf_.dcp_share->get(),
-                         buf_.mqa_keys->get(),
-                         (d.L * sizeof(S)) % 16 == 0 && (d.dr * sizeof(S)) % 16 == 0,
-                         buf_.dcp_sets->get(), faults_.latent_fault());
+                         buf_.mqa_keys->get(), aligned, buf_.dcp_sets->get(),
+                         faults_.latent_fault());
     S* part = buf_.dcp_olat->get() + r * olat_stride;
-    attend(l, st, buf_.dcp_share->get(), part, part,
+    attend(l, m, launch_rows, buf_.dcp_share->get(), part, part,
            buf_.dcp_lse->get() + static_cast<std::size_t>(r) * stride * d.H);
   }
   k::launch_dcp_merge(go("sparse_mqa"), d, m, launch_rows, cfg.dcp_size, stride,
@@ -153,16 +152,14 @@ void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, S* olat) {
                       w.olat_trace->get(), w.lse->get());
 }
 
-/// Step 8 over the gathered keys of `sets` (mqa_keys): the scores, the softmax, P.V and the
-/// finish into olat (and olat_trace) and lse.
+/// Step 8 over the gathered keys of `sets` (mqa_keys) for sparse_mqa's launch rows and
+/// metadata: the scores, the softmax, P.V and the finish into olat (and olat_trace) and lse.
 template <class S>
-void StackImpl<S>::attend(int l, const LaunchState& st, const int* sets, S* olat, S* olat_trace,
-                          float* lse) {
+void StackImpl<S>::attend(int l, const k::Meta& m, int launch_rows, const int* sets, S* olat,
+                          S* olat_trace, float* lse) {
   LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
   const int H = d.H, L = d.L;
-  const int launch_rows = st.device_driven ? step_.T : step_.Ta;
-  const k::Meta m = meta(st);
   // Per token t: z_t (H x K) = sigma [ql; qR]_t [c; kR]_t^T, one product over L + dr (cuBLAS is
   // column-major: z_t^T = keys_t qpack_t^T with keys_t a W x K column-major view and qpack_t a
   // W x H one).

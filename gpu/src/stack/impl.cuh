@@ -192,8 +192,10 @@ class StackImpl final : public Stack::Impl {
   void indexer_wq_b(int l, cudaStream_t s);
   void fused_q(int l, const LaunchState& st);
   void indexer_topk(int l, const LaunchState& st);
-  void sparse_mqa_dcp(int l, const LaunchState& st, S* olat);
-  void attend(int l, const LaunchState& st, const int* sets, S* olat, S* olat_trace, float* lse);
+  void sparse_mqa_dcp(int l, const LaunchState& st, const k::Meta& m, int launch_rows, bool aligned,
+                      S* olat);
+  void attend(int l, const k::Meta& m, int launch_rows, const int* sets, S* olat, S* olat_trace,
+              float* lse);
   void sparse_mqa(int l, const LaunchState& st);
   void uv_proj(int l, const LaunchState& st);
   void uv_proj_static(int l);
