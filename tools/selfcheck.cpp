@@ -134,6 +134,32 @@ void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vect
   }
 }
 
+/// Decode context parallelism (dcp-bait: vLLM's layout over 4 ranks, ranks emulated on this
+/// GPU), with `mutant` switched on: `eager` within the DCP oracle's gates, every plan bitwise
+/// equal to it.
+Verdict dcp_row(const std::string& mutant) {
+  const golden::GoldenCase gc =
+      golden::generate(golden::find_case("dcp-bait"), generator_string("selfcheck"));
+  const std::string what =
+      fmt::format("gpu dcp {} (dcp-bait, interleave {}): eager vs DCP oracle, every plan bitwise",
+                  gc.cfg.dcp_size, gc.cfg.dcp_interleave);
+  const auto w = std::make_shared<const Weights>(gc.weights);
+  const std::string stack_mutant = boundary::stack_switch(mutant);
+  const std::vector<StepTrace> eager =
+      gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
+                     boundary::plan_preset("eager", gc.cfg), stack_mutant);
+  const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+  if (!j.failures.empty() || j.stages == 0)
+    return {what, Status::fail, j.failures.empty() ? "nothing compared" : j.failures.front()};
+  const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(
+      gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, 1, mutant);
+  for (const gpu::PlanCheck& c : checks)
+    if (!c.difference.empty()) return {what, Status::fail, "plan " + c.plan + ": " + c.difference};
+  return {what, Status::pass,
+          fmt::format("{} plans bitwise equal to eager over {} steps; oracle gate {}",
+                      checks.size(), gc.steps.size(), j.worst_text())};
+}
+
 /// Tensor parallelism of `tp` ranks (over NCCL on tp GPUs, else on one GPU): `eager` within the
 /// unsharded oracle's gates, every other plan bitwise equal to it.
 Verdict tp_row(const golden::GoldenCase& gc, int tp) {
@@ -260,6 +286,7 @@ std::vector<Verdict> run(const SelfcheckOptions& o) {
                     Status::not_run, why});
   } else {
     gpu_rows(gc, o.mutant, rows);
+    rows.push_back(dcp_row(o.mutant));
     if (o.mutant.empty())
       for (int tp : {2, 4}) rows.push_back(tp_row(gc, tp));
   }

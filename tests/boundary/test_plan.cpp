@@ -118,6 +118,12 @@ TEST(PlanDispatch, UniformDecodeStepsGoToTheFullGraphAndOthersToThePiecewisePlan
   EXPECT_EQ(boundary::mutant_bait("fp8-tile-scale"), "fp8-tiles");
   EXPECT_EQ(boundary::mutant_bait("topk-long-row"), "rows-past-16384");
   EXPECT_EQ(boundary::mutant_bait("stale-positions"), "mutant-bait");
+  // Decode context parallelism's on a DCP case.
+  for (const char* m :
+       {"dcp-lse-base2", "dcp-empty-rank-nan", "dcp-global-as-local", "dcp-share-prefix"}) {
+    EXPECT_EQ(boundary::mutant_bait(m), "dcp-bait") << m;
+    EXPECT_EQ(boundary::mutant_plan(m), "narrow") << m;
+  }
 }
 
 TEST(PlanSignature, NamesWhatIsRecordedNotWhatItIsCalled) {
@@ -172,7 +178,7 @@ TEST(PlanMutants, EveryStackMutantHasItsOwnValue) {
     EXPECT_EQ(std::count(seen.begin(), seen.end(), m), 0) << name << " shares its value";
     seen.push_back(m);
   }
-  EXPECT_EQ(seen.size(), 18u);
+  EXPECT_EQ(seen.size(), 22u);
   EXPECT_THROW(boundary::stack_mutant("no-such-mutant"), boundary::PlanError);
 }
 

@@ -53,6 +53,24 @@ TEST_P(GpuDcp, EveryPlanGivesEagerBitsAndEagerPassesTheDcpOracle) {
   EXPECT_EQ(testing::check_plans(gc.cfg, w, gc.num_blocks, gc.steps, boundary::plan_names()), "");
 }
 
+// The merged layer is the unsharded layer (MATH.md): eager under DCP, judged against the oracle
+// with no DCP (the same weights, steps and tables), passes its gates.
+TEST_P(GpuDcp, EagerPassesTheUnshardedOracle) {
+  DSV32_REQUIRE_GPU();
+  golden::CaseSpec plain = spec_of(GetParam());
+  const golden::GoldenCase gc = golden::generate(plain, "test");
+  plain.cfg.dcp_size = 1;
+  plain.cfg.dcp_interleave = 1;
+  const golden::GoldenCase one = golden::generate(plain, "test");
+  const std::vector<StepTrace> eager =
+      testing::run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
+  const Judgement j = judge(one.cfg, std::make_shared<const Weights>(one.weights), one.num_blocks,
+                            one.steps, eager);
+  EXPECT_GT(j.stages, 0);
+  EXPECT_TRUE(j.failures.empty()) << j.failures.front() << " (" << j.failures.size()
+                                  << " failures)";
+}
+
 TEST(GpuDcpRefusal, UnionIsRefusedByName) {
   DSV32_REQUIRE_GPU();
   Config c = preset("tiny-fs");

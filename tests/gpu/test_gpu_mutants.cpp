@@ -68,6 +68,12 @@ const std::vector<Expect>& expectations() {
       // the right scales (the trace's own read): the backend's output is the first wrong.
       {"fp8-tile-scale", "narrow", V::data, {"sparse_mqa"}},
       {"topk-long-row", "narrow", V::data, {"indexer_topk"}},
+      // Decode context parallelism's: wrong under eager too, each first in the merged latent
+      // of the backend (the GPU trace holds the merge, not the ranks' partials).
+      {"dcp-lse-base2", "narrow", V::data, {"sparse_mqa"}},
+      {"dcp-empty-rank-nan", "narrow", V::data, {"sparse_mqa"}},
+      {"dcp-global-as-local", "narrow", V::data, {"sparse_mqa"}},
+      {"dcp-share-prefix", "narrow", V::data, {"sparse_mqa"}},
   };
   return e;
 }
@@ -156,6 +162,17 @@ int longest_row(const golden::CaseSpec& c) {
     for (const StepRequest& r : step.requests)
       longest = std::max(longest, ctx[r.id] += r.given_prefix + r.q);
   return longest;
+}
+
+// The DCP mutants' bait: vLLM's deployed layout, rows whose selected keys straddle every rank
+// (past K W keys) and prefills, whose first rows some ranks own nothing of. Without a GPU.
+TEST(Mutants, TheDcpBaitHasRowsOnEveryRankAndEmptyRanks) {
+  const golden::CaseSpec c = golden::find_case("dcp-bait");
+  EXPECT_GT(c.cfg.dcp_size, 1);
+  EXPECT_EQ(c.cfg.kv_cache, KvCache::fp8_ds_mla);
+  EXPECT_EQ(c.cfg.block_size, 64);
+  EXPECT_GT(longest_row(c), c.cfg.index_topk * c.cfg.dcp_size * c.cfg.dcp_interleave);
+  EXPECT_GT(c.steps.front().requests.front().q, 1);  // a prefill: its first row is on rank 0
 }
 
 TEST(Mutants, EveryBaitIsARegistryCase) {

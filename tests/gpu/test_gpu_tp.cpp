@@ -122,6 +122,27 @@ TEST_P(GpuTpFull, Dsv32SizesEveryPlan) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GpuTpFull, ::testing::ValuesIn(tp_runs()), tp_run_name);
 
+class GpuTpDcp : public ::testing::TestWithParam<TpRun> {};
+
+// DCP inside the group (MATH.md: a DCP group is dcp_size ranks of the TP group): vLLM's layout
+// (fp8_ds_mla, block 64, interleave 1) at DCP 2 in TP 2 and 4, every plan bitwise to the group's
+// eager, eager within the DCP oracle's gates.
+TEST_P(GpuTpDcp, EveryPlanUnderDcpTwoInsideTheGroup) {
+  const auto [tp, transport] = GetParam();
+  DSV32_REQUIRE_TP(tp, transport);
+  golden::CaseSpec spec = golden::find_case("dcp-bait");
+  spec.cfg.dcp_size = 2;
+  const golden::GoldenCase gc = golden::generate(spec, "test");
+  const auto w = std::make_shared<const Weights>(gc.weights);
+  std::string unjudgeable;
+  EXPECT_EQ(check_plans(gc.cfg, w, gc.num_blocks, gc.steps, boundary::plan_names(), &unjudgeable,
+                        tp, transport),
+            "");
+  if (!unjudgeable.empty()) RecordProperty("unjudgeable", unjudgeable);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, GpuTpDcp, ::testing::ValuesIn(tp_runs()), tp_run_name);
+
 class GpuTpRanks : public ::testing::TestWithParam<TpRun> {};
 
 // The judge can fail a group: the ranks' traces merged in the wrong order put heads in the

@@ -6,22 +6,34 @@ namespace {
 
 /// Grid (rows), 128 threads over the row's K entries.
 __global__ void dcp_share(Dims d, Meta m, const int* topk, int* share, int world, int interleave,
-                          int rank) {
+                          int rank, DcpFault fault) {
   stream_order();
   // A padded row (device-driven: past the live rows) gets no entry, as the F layer's clear
   // leaves it in the shared rows.
   const bool live = static_cast<int>(blockIdx.x) < live_rows(m, blockIdx.x + 1);
   const long long row = static_cast<long long>(blockIdx.x) * d.K;
-  for (int k = threadIdx.x; k < d.K; k += blockDim.x) {
-    const int p = live ? topk[row + k] : -1;
-    share[row + k] = p >= 0 && (p / interleave) % world == rank ? p : -1;
+  const long long span = static_cast<long long>(interleave) * world;
+  int valid = 0;  // share-prefix: the row's owned entries (the same in every thread)
+  for (int base = 0; base < d.K; base += blockDim.x) {  // uniform trip count: the count below
+    const int k = base + threadIdx.x;
+    const int p = live && k < d.K ? topk[row + k] : -1;
+    const bool owned = p >= 0 && (p / interleave) % world == rank;
+    if (k < d.K) {
+      const int local = static_cast<int>((p / span) * interleave + p % interleave);
+      share[row + k] = !owned ? -1 : fault == DcpFault::global_as_local ? p : local;
+    }
+    valid += __syncthreads_count(owned);
   }
+  if (fault != DcpFault::share_prefix) return;
+  __syncthreads();  // every entry written before the prefix is cut
+  for (int k = valid + threadIdx.x; k < d.K; k += blockDim.x) share[row + k] = -1;
 }
 
 /// Grid (rows, H), 128 threads over the latent.
 template <class S>
 __global__ void dcp_merge(Dims d, Meta m, int world, long long rows_stride, const S* part_olat,
-                          const float* part_lse, S* olat, S* olat_trace, float* lse) {
+                          const float* part_lse, S* olat, S* olat_trace, float* lse,
+                          bool every_rank) {
   stream_order();
   if (static_cast<int>(blockIdx.x) >= live_rows(m, blockIdx.x + 1)) return;
   const long long th = static_cast<long long>(blockIdx.x) * d.H + blockIdx.y;
@@ -41,7 +53,7 @@ __global__ void dcp_merge(Dims d, Meta m, int world, long long rows_stride, cons
     bool first = true;
     for (int r = 0; r < world; ++r) {
       const float v = part_lse[r * lse_stride + th];
-      if (!isfinite(v)) continue;  // an empty rank adds exactly nothing
+      if (!isfinite(v) && !every_rank) continue;  // an empty rank adds exactly nothing
       const float x = rnd<S>(expf(v - total) * ld(part_olat[r * olat_stride + th * d.L + c]));
       acc = first ? x : rnd<S>(acc + x);
       first = false;
@@ -55,21 +67,21 @@ __global__ void dcp_merge(Dims d, Meta m, int world, long long rows_stride, cons
 }  // namespace
 
 void launch_dcp_share(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
-                      int* share, int world, int interleave, int rank) {
-  go(dcp_share, dim3(rows), 128, 0, d, m, topk, share, world, interleave, rank);
+                      int* share, int world, int interleave, int rank, DcpFault fault) {
+  go(dcp_share, dim3(rows), 128, 0, d, m, topk, share, world, interleave, rank, fault);
 }
 
 template <class S>
 void launch_dcp_merge(const Launch& go, const Dims& d, const Meta& m, int rows, int world,
                       long long rows_stride, const S* part_olat, const float* part_lse, S* olat,
-                      S* olat_trace, float* lse) {
+                      S* olat_trace, float* lse, bool every_rank) {
   go(dcp_merge<S>, dim3(rows, d.H), 128, 0, d, m, world, rows_stride, part_olat, part_lse, olat,
-     olat_trace, lse);
+     olat_trace, lse, every_rank);
 }
 
 template void launch_dcp_merge<float>(const Launch&, const Dims&, const Meta&, int, int, long long,
-                                      const float*, const float*, float*, float*, float*);
+                                      const float*, const float*, float*, float*, float*, bool);
 template void launch_dcp_merge<bf16>(const Launch&, const Dims&, const Meta&, int, int, long long,
-                                     const bf16*, const float*, bf16*, bf16*, float*);
+                                     const bf16*, const float*, bf16*, bf16*, float*, bool);
 
 }  // namespace dsv32::gpu::k

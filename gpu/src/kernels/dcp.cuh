@@ -8,19 +8,30 @@
 
 namespace dsv32::gpu::k {
 
-/// share[t, k] = topk[t, k] where rank `rank` of `world` owns that position (owner(p) =
-/// floor(p / interleave) mod world), else -1: the share in place, with -1 holes (the layout
-/// FlashMLA's kernel masks entry by entry, as mqa_gather and mqa_softmax do).
+/// The DCP mutants (docs/GPU.md), each a known fault of the field's DCP paths:
+/// lse_base2: the backend's partial lse in base 2, merged as natural log (vllm#47079);
+/// empty_rank_nan: an empty rank's partial divided by its zero sum (0/0) and the merge adding
+/// every rank's weighted partial (0 x NaN); global_as_local: the share keeps global positions
+/// where the rank's local ones belong (the converter skipped, vllm#46514); share_prefix: an
+/// in-place share read as a prefix of its valid count (keys after the first holes lost).
+enum class DcpFault { none, lse_base2, empty_rank_nan, global_as_local, share_prefix };
+
+/// share[t, k] = l(topk[t, k]), the rank's local position (l(p) = floor(p / (I W)) I + p mod I),
+/// where rank `rank` of `world` owns that position (owner(p) = floor(p / I) mod W), else -1: the
+/// share in place, with -1 holes (the layout FlashMLA's kernel masks entry by entry, as
+/// mqa_gather and mqa_softmax do). mqa_gather reads a local position through DcpView.
 void launch_dcp_share(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
-                      int* share, int world, int interleave, int rank);
+                      int* share, int world, int interleave, int rank,
+                      DcpFault fault = DcpFault::none);
 /// Per (token, head): lse = m + log sum_r exp(lse_r - m) over the ranks whose lse_r is finite;
 /// olat = sum_r S(exp(lse_r - lse) olat_r) in rank order, each partial sum rounded to S (vLLM's
 /// bf16 path; an fp32 stack rounds nothing); a rank with a non-finite lse adds nothing; no rank:
 /// olat 0, lse -inf. part_olat[r] at r * rows_stride * H * L, part_lse[r] at r * rows_stride * H.
-/// Also into the layer's trace copy of olat.
+/// Also into the layer's trace copy of olat. `every_rank` (mutant empty-rank-nan): every rank's
+/// weighted partial is added, an empty one's too.
 template <class S>
 void launch_dcp_merge(const Launch& go, const Dims& d, const Meta& m, int rows, int world,
                       long long rows_stride, const S* part_olat, const float* part_lse, S* olat,
-                      S* olat_trace, float* lse);
+                      S* olat_trace, float* lse, bool every_rank = false);
 
 }  // namespace dsv32::gpu::k

@@ -25,7 +25,7 @@ constexpr int kMqaGatherRows = kMqaThreads / 32;  // key rows per gather block, 
 template <class S>
 __global__ void __launch_bounds__(kMqaThreads)
     mqa_gather(Dims d, Meta m, KvCache<S> cache, const int* topk, S* keys, bool vec,
-               int* topk_trace, LatentFault fault) {
+               int* topk_trace, LatentFault fault, DcpView view) {
   stream_order();
   const int t = blockIdx.x, k = blockIdx.y * kMqaGatherRows + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -33,8 +33,13 @@ __global__ void __launch_bounds__(kMqaThreads)
   if (k >= d.K || !token_of(m, t, r, p)) return;
   const int W = d.L + d.dr;
   S* dst = keys + (static_cast<long long>(t) * d.K + k) * W;
-  const int j = topk[static_cast<long long>(t) * d.K + k];
+  int j = topk[static_cast<long long>(t) * d.K + k];
   if (lane == 0) topk_trace[static_cast<long long>(t) * d.K + k] = j;  // the layer's sets
+  if (j >= 0 && view.world > 1) {  // a rank's local position: the global one it holds
+    const long long g = static_cast<long long>(j / view.interleave) * view.interleave * view.world +
+                        static_cast<long long>(view.rank) * view.interleave + j % view.interleave;
+    j = g <= p ? static_cast<int>(g) : -1;  // past the token: nothing this rank wrote for it
+  }
   if (j < 0) {
     for (int i = lane; i < W; i += 32) dst[i] = st<S>(0.f);
     return;
@@ -112,20 +117,23 @@ __global__ void __launch_bounds__(kMqaThreads)
 }
 
 /// olat[t, h, :] = S(acc[t, h, :] / l) (0 where no index is valid), also into the layer's trace
-/// copy (the backend's buffer rotates); lse = m + log l. Grid (T_a, H), 128 threads.
+/// copy (the backend's buffer rotates); lse = m + log l. Grid (T_a, H), 128 threads. `fault`:
+/// a DCP mutant's partial (FinishFault).
 template <class S>
 __global__ void mqa_finish(Dims d, Meta m, const float* acc, const float* ml, S* olat,
-                           S* olat_trace, float* lse) {
+                           S* olat_trace, float* lse, FinishFault fault) {
   stream_order();
   if (static_cast<int>(blockIdx.x) >= live_rows(m, blockIdx.x + 1)) return;
   const long long th = static_cast<long long>(blockIdx.x) * d.H + blockIdx.y;
   const float l = ml[2 * th + 1];
+  const bool divide = l > 0.f || fault == FinishFault::divide_empty;  // 0 / 0 where not
   for (int c = threadIdx.x; c < d.L; c += blockDim.x) {
-    const S v = st<S>(l > 0.f ? acc[th * d.L + c] / l : 0.f);
+    const S v = st<S>(divide ? acc[th * d.L + c] / l : 0.f);
     olat[th * d.L + c] = v;
     olat_trace[th * d.L + c] = v;
   }
-  if (threadIdx.x == 0) lse[th] = l > 0.f ? ml[2 * th] + logf(l) : -INFINITY;
+  const float scale = fault == FinishFault::lse_base2 ? 1.4426950408889634f : 1.f;  // log2(e)
+  if (threadIdx.x == 0) lse[th] = l > 0.f ? scale * (ml[2 * th] + logf(l)) : -INFINITY;
 }
 
 /// Busy-waits `cycles` clock cycles (mutant unjoined-stream: a slow backend on the main stream).
@@ -137,9 +145,10 @@ __global__ void spin(long long cycles) {
 
 template <class S>
 void launch_mqa_gather(const Launch& go, const Dims& d, const Meta& m, int rows, KvCache<S> cache,
-                       const int* topk, S* keys, bool vec, int* topk_trace, LatentFault fault) {
+                       const int* topk, S* keys, bool vec, int* topk_trace, LatentFault fault,
+                       DcpView view) {
   go(mqa_gather<S>, dim3(rows, (d.K + kMqaGatherRows - 1) / kMqaGatherRows), kMqaThreads, 0, d, m,
-     cache, topk, keys, vec, topk_trace, fault);
+     cache, topk, keys, vec, topk_trace, fault, view);
 }
 template <class S>
 void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
@@ -148,8 +157,8 @@ void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows
 }
 template <class S>
 void launch_mqa_finish(const Launch& go, const Dims& d, const Meta& m, int rows, const float* acc,
-                       const float* ml, S* olat, S* olat_trace, float* lse) {
-  go(mqa_finish<S>, dim3(rows, d.H), 128, 0, d, m, acc, ml, olat, olat_trace, lse);
+                       const float* ml, S* olat, S* olat_trace, float* lse, FinishFault fault) {
+  go(mqa_finish<S>, dim3(rows, d.H), 128, 0, d, m, acc, ml, olat, olat_trace, lse, fault);
 }
 
 void launch_spin(cudaStream_t stream, long long cycles) {
@@ -158,11 +167,11 @@ void launch_spin(cudaStream_t stream, long long cycles) {
 
 #define DSV32_INSTANTIATE(S)                                                                     \
   template void launch_mqa_gather<S>(const Launch&, const Dims&, const Meta&, int, KvCache<S>,   \
-                                     const int*, S*, bool, int*, LatentFault);                   \
+                                     const int*, S*, bool, int*, LatentFault, DcpView);          \
   template void launch_mqa_softmax<S>(const Launch&, const Dims&, const Meta&, int, const int*,  \
                                       const float*, S*, float*);                                 \
   template void launch_mqa_finish<S>(const Launch&, const Dims&, const Meta&, int, const float*, \
-                                     const float*, S*, S*, float*);
+                                     const float*, S*, S*, float*, FinishFault);
 DSV32_INSTANTIATE(float)
 DSV32_INSTANTIATE(bf16)
 

@@ -121,9 +121,10 @@ void StackImpl<S>::sparse_mqa(int l, const LaunchState& st) {
 }
 
 /// Under DCP (MATH.md, "Context-parallel shards"), the ranks one after the other on this GPU:
-/// each rank's share of the rows (its owned entries in place, -1 holes), its partial attention
-/// over them (the same kernels), then the LSE merge into the backend's buffer and the layer's
-/// lse. Ranks read this stack's one cache: a rank's cache would hold the same entries.
+/// each rank's share of the rows (its owned entries in place as its local positions, -1 holes),
+/// its partial attention over them (the same kernels), then the LSE merge into the backend's
+/// buffer and the layer's lse. Ranks read this stack's one cache through their view of it
+/// (k::DcpView): a rank's cache would hold the same entries.
 template <class S>
 void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, const k::Meta& m, int launch_rows,
                                   bool aligned, S* olat) {
@@ -137,26 +138,31 @@ void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, const k::Meta& m
         "sparse_mqa: the layer's sets");
   const long long stride = max_tokens_;  // rows of one rank's partials
   const std::size_t olat_stride = static_cast<std::size_t>(stride) * d.H * d.L;
+  const k::DcpFault fault = faults_.dcp_fault();
+  const k::FinishFault finish = fault == k::DcpFault::lse_base2 ? k::FinishFault::lse_base2
+                                : fault == k::DcpFault::empty_rank_nan
+                                    ? k::FinishFault::divide_empty
+                                    : k::FinishFault::none;
   for (int r = 0; r < cfg.dcp_size; ++r) {
     k::launch_dcp_share(go("sparse_mqa"), d, m, launch_rows, buf_.topk->get(),
-                        buf_.dcp_share->get(), cfg.dcp_size, cfg.dcp_interleave, r);
+                        buf_.dcp_share->get(), cfg.dcp_size, cfg.dcp_interleave, r, fault);
     k::launch_mqa_gather(go("sparse_mqa"), d, m, launch_rows, w.kv, buf_.dcp_share->get(),
                          buf_.mqa_keys->get(), aligned, buf_.dcp_sets->get(),
-                         faults_.latent_fault());
+                         faults_.latent_fault(), {cfg.dcp_size, cfg.dcp_interleave, r});
     S* part = buf_.dcp_olat->get() + r * olat_stride;
     attend(l, m, launch_rows, buf_.dcp_share->get(), part, part,
-           buf_.dcp_lse->get() + static_cast<std::size_t>(r) * stride * d.H);
+           buf_.dcp_lse->get() + static_cast<std::size_t>(r) * stride * d.H, finish);
   }
   k::launch_dcp_merge(go("sparse_mqa"), d, m, launch_rows, cfg.dcp_size, stride,
                       static_cast<const S*>(buf_.dcp_olat->get()), buf_.dcp_lse->get(), olat,
-                      w.olat_trace->get(), w.lse->get());
+                      w.olat_trace->get(), w.lse->get(), fault == k::DcpFault::empty_rank_nan);
 }
 
 /// Step 8 over the gathered keys of `sets` (mqa_keys) for sparse_mqa's launch rows and
 /// metadata: the scores, the softmax, P.V and the finish into olat (and olat_trace) and lse.
 template <class S>
 void StackImpl<S>::attend(int l, const k::Meta& m, int launch_rows, const int* sets, S* olat,
-                          S* olat_trace, float* lse) {
+                          S* olat_trace, float* lse, k::FinishFault finish) {
   LayerDev<S>& w = buf_.layers[l];
   const k::Dims d = dims();
   const int H = d.H, L = d.L;
@@ -190,7 +196,7 @@ void StackImpl<S>::attend(int l, const k::Meta& m, int launch_rows, const int* s
   // The gather and the finish also write the trace copies (not part of the op's contract):
   // this layer's sets and latent.
   k::launch_mqa_finish(go("sparse_mqa"), d, m, launch_rows, buf_.mqa_acc->get(), buf_.mqa_ml->get(),
-                       olat, olat_trace, lse);
+                       olat, olat_trace, lse, finish);
 }
 
 /// The no-copy form: backend rows [0, T_a) into o.

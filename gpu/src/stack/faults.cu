@@ -135,6 +135,15 @@ k::LatentFault Faults<S>::latent_fault() const {
 }
 
 template <class S>
+k::DcpFault Faults<S>::dcp_fault() const {
+  return mutant_ == M::dcp_lse_base2         ? k::DcpFault::lse_base2
+         : mutant_ == M::dcp_empty_rank_nan  ? k::DcpFault::empty_rank_nan
+         : mutant_ == M::dcp_global_as_local ? k::DcpFault::global_as_local
+         : mutant_ == M::dcp_share_prefix    ? k::DcpFault::share_prefix
+                                             : k::DcpFault::none;
+}
+
+template <class S>
 void Faults<S>::before_backend(cudaStream_t s, const LaunchState& st) const {
   if (mutant_ == M::unjoined_stream && st.in_eager_segment())  // the race is certain
     k::launch_spin(s, 2'000'000);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../buffers.cuh"
+#include "../kernels/dcp.cuh"
 #include "../kernels/launch.cuh"
 #include "../kernels/params.cuh"
 #include "../kernels/sparse_mqa.cuh"
@@ -59,6 +60,9 @@ class Faults {
   k::TopkFault topk_fault() const;
   /// The backend's read of an fp8_ds_mla latent (fp8-tile-scale: tile 0's scale for every tile).
   k::LatentFault latent_fault() const;
+  /// The DCP ranks' planted bug (dcp-lse-base2, dcp-empty-rank-nan, dcp-global-as-local,
+  /// dcp-share-prefix).
+  k::DcpFault dcp_fault() const;
   /// Before the backend's products on `s` (unjoined-stream: a slow backend in an eager segment).
   void before_backend(cudaStream_t s, const LaunchState& st) const;
   /// Where uv_proj writes (fresh-output: a new buffer each call, `elements` long).

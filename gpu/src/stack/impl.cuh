@@ -195,7 +195,7 @@ class StackImpl final : public Stack::Impl {
   void sparse_mqa_dcp(int l, const LaunchState& st, const k::Meta& m, int launch_rows, bool aligned,
                       S* olat);
   void attend(int l, const k::Meta& m, int launch_rows, const int* sets, S* olat, S* olat_trace,
-              float* lse);
+              float* lse, k::FinishFault finish = k::FinishFault::none);
   void sparse_mqa(int l, const LaunchState& st);
   void uv_proj(int l, const LaunchState& st);
   void uv_proj_static(int l);

@@ -35,6 +35,10 @@ enum class StackMutant {
   int32_offset,
   fp8_tile_scale,
   topk_long_row,
+  dcp_lse_base2,
+  dcp_empty_rank_nan,
+  dcp_global_as_local,
+  dcp_share_prefix,
 };
 
 /// Every mutant, in the table's (and mutant_names()') order.
@@ -59,8 +63,12 @@ enum class Mutant : std::uint8_t {
   int32_offset,
   fp8_tile_scale,
   topk_long_row,
+  dcp_lse_base2,
+  dcp_empty_rank_nan,
+  dcp_global_as_local,
+  dcp_share_prefix,
 };
-inline constexpr std::size_t kNumMutants = 20;
+inline constexpr std::size_t kNumMutants = 24;
 
 struct MutantInfo {
   Mutant mutant;
@@ -106,6 +114,15 @@ inline constexpr std::array<MutantInfo, kNumMutants> kMutantTable{{
     // case that is past it at little cost.
     {Mutant::fp8_tile_scale, "fp8-tile-scale", StackMutant::fp8_tile_scale, false, "fp8-tiles"},
     {Mutant::topk_long_row, "topk-long-row", StackMutant::topk_long_row, false, "rows-past-16384"},
+    // Decode context parallelism's (issue 56), each a fault the field shipped, on vLLM's layout
+    // with rows some ranks own nothing of.
+    {Mutant::dcp_lse_base2, "dcp-lse-base2", StackMutant::dcp_lse_base2, false, "dcp-bait"},
+    {Mutant::dcp_empty_rank_nan, "dcp-empty-rank-nan", StackMutant::dcp_empty_rank_nan, false,
+     "dcp-bait"},
+    {Mutant::dcp_global_as_local, "dcp-global-as-local", StackMutant::dcp_global_as_local, false,
+     "dcp-bait"},
+    {Mutant::dcp_share_prefix, "dcp-share-prefix", StackMutant::dcp_share_prefix, false,
+     "dcp-bait"},
 }};
 
 constexpr const MutantInfo& mutant_info(Mutant m) {
