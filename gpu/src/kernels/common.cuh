@@ -57,6 +57,9 @@ __device__ __forceinline__ std::uint8_t float_to_e4m3(float x) {
   return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// The rest uses device intrinsics: only nvcc sees it (the stack's host-only files include these
+// headers for the types and launchers, and g++ compiles them).
+#if defined(__CUDACC__)
 /// Sum over the block in a fixed shuffle tree; every thread gets the result. `sh` >= 32 floats.
 __device__ __forceinline__ float block_sum(float v, float* sh) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -116,5 +119,6 @@ __device__ __forceinline__ void rope_pair(float& a, float& b, float c, float s) 
   a = x * c - y * s;
   b = x * s + y * c;
 }
+#endif  // __CUDACC__
 
 }  // namespace dsv32::gpu::k

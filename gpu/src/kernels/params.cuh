@@ -58,7 +58,7 @@ __device__ __forceinline__ bool token_of(const Meta& m, int t, int& r, int& p) {
 
 /// Rows a launch covers: `rows`, or in a device-driven launch min(rows, R q).
 __device__ __forceinline__ int live_rows(const Meta& m, int rows) {
-  return m.live ? min(rows, m.live[0]) : rows;
+  return m.live && m.live[0] < rows ? m.live[0] : rows;
 }
 
 /// True when a device-driven launch of the scores has no work (the short-prefill shortcut).
