@@ -117,7 +117,7 @@ TEST(GpuRankAgreement, EveryRankAndEveryBatchSelectTheSameTiedRows_one_gpu) {
     cfg.index_topk = *rc::gen::element(8, 16);
     const int tp = *rc::gen::element(2, 4);
     cfg.dcp_size = *rc::gen::element(1, 2);
-    cfg.dcp_interleave = *rc::gen::element(1, cfg.block_size);
+    if (cfg.dcp_size > 1) cfg.dcp_interleave = *rc::gen::element(1, cfg.block_size);
     const int n = *rc::gen::inRange(1, 4);
     std::vector<Req> reqs;
     for (int i = 0; i < n; ++i)
