@@ -1,6 +1,7 @@
 // dsv32: the suite's command-line entry point (verdicts, goldens, diff, benchmarks).
 #include <fmt/core.h>
 
+#include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "dsv32: bad environment: {}\n", why);
     return dsv32::tools::kExitUsage;
   }
+  // Ranks on one GPU (the main job's tensor-parallel rows, `dsv32 gpu --tp`) need CUDA's kernels
+  // loaded eagerly (gpu/tp.hpp); set before CUDA starts, unless the caller chose a mode.
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   // A temporary file is removed on SIGINT/SIGTERM; a file-size limit is a write error.
   dsv32::files::install_signal_cleanup();
   CLI::App app{"dsv32-oracle: DeepSeek-V3.2 attention oracle and boundary test suite"};

@@ -127,8 +127,9 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     if (const std::string why = check_topk_row(row, sc.score, K, eps); !why.empty())
       fail_row(j, s, l, t, why);
   };
-  // The stages of steps [0, count), followed in full (judging ends with them).
-  const auto judge_stages = [&](std::size_t count) {
+  // The stages of steps [0, count), followed in full (judging ends with them); with `layers` >= 0
+  // only the last step's layers before `layers`.
+  const auto judge_stages = [&](std::size_t count, int layers = -1) {
     const std::vector<StepTrace> cand(gpu.begin(),
                                       gpu.begin() + static_cast<std::ptrdiff_t>(count));
     want0.resize(count);
@@ -141,6 +142,9 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         diffs.push_back(std::move(d));
     }
     for (const StageDiff& d : diffs) {
+      if (layers >= 0 && d.step + 1 == static_cast<int>(count) &&
+          (d.layer < 0 || d.layer >= layers))
+        continue;
       Judgement::Row row{d.step,        d.layer, d.stage,           d.provided,
                          d.result.pass, 0.0,     d.result.summary()};
       if (!d.provided && partial) {
@@ -168,9 +172,33 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
         j.worst = r.ratio, j.worst_where = step_layer(r.step, r.layer) + r.stage;
     return j;
   };
+  // T0 and T1 on step `in`, following the candidate's trace `cand` (its sets and cache codes).
+  const auto follow_step = [&](const StepInput& in, const StepTrace& cand) {
+    // ... and its fp8 cache codes, judged by the `c` stage itself (one quantum).
+    const StepOptions follow = StepOptions::follow(cfg, cand, /*cache_codes=*/true);
+    want0.push_back(t0.step(in, follow));
+    // Where the candidate gives no sets, T0 selects its own, and T1 follows T0's (as in a
+    // golden), so that T1 - T0 measures rounding and not a different pick near a tie.
+    StepOptions follow1 = follow;
+    for (int l = 0; l < cfg.num_layers; ++l) {
+      if (!cfg.is_full_layer(l)) continue;
+      if (union_mode && follow1.dcp_topk_override[l].empty())
+        for (const IndexRows& rows : want0.back().layers[l].dcp->rows)
+          follow1.dcp_topk_override[l].push_back(rows.cast<int>());
+      else if (!union_mode && !follow1.topk_override[l])
+        follow1.topk_override[l] = topk_rows(want0.back().layers[l]);
+    }
+    // T1 rounds where the candidate's group does: each rank's o_proj partial, then their sum.
+    follow1.o_proj_ranks = tp;
+    want1.push_back(t1.step(in, follow1));
+  };
   // Step s's sets cannot be followed: judging stops there, after the stages of the steps before
-  // it (a fault there, such as a stale cache entry, is named first, not the sets it spoilt).
+  // it (a fault there, such as a stale cache entry, is named first, not the sets it spoilt) and
+  // those of step s's layers before the first one that cannot be followed (the oracle follows
+  // the candidate up to it), so that a fault upstream, such as a NaN the attention wrote, is
+  // named before the invalid cache entry or set it produced in a later layer.
   const auto stop = [&](std::size_t s) {
+    const int from = j.first_step == static_cast<int>(s) ? j.first_layer : 0;
     Judgement sets;
     std::swap(sets.failures, j.failures);
     std::swap(sets.first_step, j.first_step);
@@ -178,7 +206,22 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     std::swap(sets.first_stage, j.first_stage);
     std::vector<Judgement::Row> adopted;
     std::swap(adopted, j.rows);
-    judge_stages(s);
+    if (from > 0) {
+      if (want0.size() == s) {  // the step not yet run: follow the layers before `from` only
+        StepTrace upto = gpu[s];
+        for (int l = from; l < cfg.num_layers; ++l) {
+          LayerTrace& lt = upto.layers[static_cast<std::size_t>(l)];
+          std::erase_if(lt.tensors, [](const Tensor& t) {
+            return t.name == stage_name(Stage::topk) || t.name == stage_name(Stage::c);
+          });
+          lt.dcp.reset();
+        }
+        follow_step(steps[s], upto);
+      }
+      judge_stages(s + 1, from);
+    } else {
+      judge_stages(s);
+    }
     for (std::string& line : sets.failures)
       fail(j, sets.first_step, sets.first_layer, sets.first_stage, std::move(line));
     j.rows.insert(j.rows.end(), adopted.begin(), adopted.end());
@@ -240,23 +283,7 @@ Judgement judge(const Config& cfg, std::shared_ptr<const Weights> w, int num_blo
     // The oracle follows the candidate's sets: invalid ones cannot be followed, so judging
     // stops here.
     if (j.failures.size() > failures_before) return stop(s);
-    // ... and its fp8 cache codes, judged by the `c` stage itself (one quantum).
-    // T1 rounds where the candidate's group does: each rank's o_proj partial, then their sum.
-    const StepOptions follow = StepOptions::follow(cfg, gpu[s], /*cache_codes=*/true);
-    want0.push_back(t0.step(in, follow));
-    // Where the candidate gives no sets, T0 selects its own, and T1 follows T0's (as in a
-    // golden), so that T1 - T0 measures rounding and not a different pick near a tie.
-    StepOptions follow1 = follow;
-    for (int l = 0; l < cfg.num_layers; ++l) {
-      if (!cfg.is_full_layer(l)) continue;
-      if (union_mode && follow1.dcp_topk_override[l].empty())
-        for (const IndexRows& rows : want0.back().layers[l].dcp->rows)
-          follow1.dcp_topk_override[l].push_back(rows.cast<int>());
-      else if (!union_mode && !follow1.topk_override[l])
-        follow1.topk_override[l] = topk_rows(want0.back().layers[l]);
-    }
-    follow1.o_proj_ranks = tp;
-    want1.push_back(t1.step(in, follow1));
+    follow_step(in, gpu[s]);
     // Under `union` each rank's rows are its own top-k of the keys it owns: judged against T0's
     // scores of those keys (the candidate's ranks, or its `topk` as rank 0's row).
     if (union_mode)

@@ -52,6 +52,27 @@ TEST(JudgeAdopts, AnUnquantizedFp8CacheFailsAtC) {
   EXPECT_TRUE(std::isinf(j.worst)) << j.worst_where;
 }
 
+// A NaN the attention wrote in layer 0 reaches layer 1's cache as a value that is no code: the
+// judge follows the candidate through layer 0 and names the attention's NaN first, not the
+// spoilt cache entry downstream (the DCP mutant dcp-empty-rank-nan was once named as
+// norm_rope_cache's).
+TEST(JudgeAdopts, AnUpstreamNaNIsNamedBeforeTheCacheEntryItSpoilt) {
+  const golden::GoldenCase gc = golden::read(fixture("kv-fp8"));
+  ASSERT_GT(gc.cfg.num_layers, 1);
+  std::vector<StepTrace> bad = gc.emulated;
+  stage_of(bad.at(0).layers.at(0), "olat").data.at(0) = std::nan("");
+  stage_of(bad.at(0).layers.at(1), "c").data.at(0) = std::nan("");
+  const Judgement j = judge_case(gc, bad);
+  ASSERT_FALSE(j.failures.empty());
+  EXPECT_EQ(j.first_step, 0);
+  EXPECT_EQ(j.first_layer, 0) << j.failures.front();
+  EXPECT_EQ(j.first_stage, "olat") << j.failures.front();
+  // The spoilt entry is still reported, after it.
+  EXPECT_TRUE(std::any_of(j.failures.begin(), j.failures.end(), [](const std::string& f) {
+    return f.find("step0/layer1/c") != std::string::npos;
+  }));
+}
+
 // Both tiers' read-back latents are codes times their tile's scale: T0's in fp32, T1's rounded
 // to bf16 as a bf16 trace stores them.
 TEST(JudgeAdopts, BothTiersReadBackCodes) {
