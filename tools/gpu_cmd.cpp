@@ -1,9 +1,10 @@
-// `dsv32 gpu GOLDEN.h5 --plan P [--tp N] [--dump OUT.h5] [--require R] [--json F]`: runs a
-// golden case's steps on the GPU under a plan (with --tp, on N GPUs, each with 1/N of the
-// heads), judges the run against the (unsharded) oracle, reports what the run exercised (the
-// case's coverage, which graph served each step, which kernel paths ran; docs/COVERAGE.md) and
-// optionally writes the GPU's trace as a golden-schema file (in `expected` and `emulated`) that
-// `dsv32 diff OUT.h5 GOLDEN.h5` reads.
+// `dsv32 gpu GOLDEN.h5 --plan P [--tp N] [--dcp W [--dcp-interleave I]] [--dump OUT.h5]
+// [--require R] [--json F]`: runs a golden case's steps on the GPU under a plan (with --tp, on N
+// GPUs, each with 1/N of the heads, or N ranks on one GPU; with --dcp, its keys over W
+// decode-context-parallel ranks emulated on each), judges the run against the (unsharded) oracle,
+// reports what the run exercised (the case's coverage, which graph served each step, which kernel
+// paths ran; docs/COVERAGE.md) and optionally writes the GPU's trace as a golden-schema file (in
+// `expected` and `emulated`) that `dsv32 diff OUT.h5 GOLDEN.h5` reads.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -37,8 +38,36 @@ struct GpuOptions {
   std::string json;
   std::vector<std::string> require;
   int tp = 1;
+  int dcp = 1, dcp_interleave = 1;
   bool far_blocks = false;
 };
+
+/// The config the run shards `golden` by: the golden's own, or resharded over --dcp ranks (an
+/// unsharded golden only: a DCP golden's ranks are its own). Throws ConfigError naming the
+/// flag.
+Config run_config(const Config& golden, const GpuOptions& o) {
+  if (o.dcp == 1 && o.dcp_interleave == 1) return golden;
+  if (o.dcp == 1)
+    throw ConfigError("--dcp-interleave " + std::to_string(o.dcp_interleave) +
+                      " needs --dcp W > 1 (the interleave of a DCP layout)");
+  if (golden.dcp_size > 1)
+    throw ConfigError("--dcp: the golden is sharded already (dcp_size " +
+                      std::to_string(golden.dcp_size) +
+                      "); --dcp reshards an unsharded golden only");
+  Config c = golden;
+  c.dcp_size = o.dcp;
+  c.dcp_interleave = o.dcp_interleave;
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError("--dcp " + std::to_string(o.dcp) + " --dcp-interleave " +
+                      std::to_string(o.dcp_interleave) + ": " + e.what());
+  }
+  if (o.tp > 1 && o.tp % o.dcp != 0)
+    throw ConfigError("--dcp " + std::to_string(o.dcp) + " does not divide --tp " +
+                      std::to_string(o.tp) + " (a DCP group is ranks of the TP group)");
+  return c;
+}
 
 /// The counts `dsv32 gpu` adds to a requirement's metrics: the steps each kind of graph served,
 /// and the top-k rows whose threshold bin was crowded (radix passes within it, counted on the
@@ -51,11 +80,18 @@ const std::vector<std::string>& served_metrics() {
 
 int run(const GpuOptions& o) {
 #if DSV32_HAVE_CUDA
+  golden::GoldenCase gc = golden::read(o.golden);
+  Config cfg;
+  try {
+    cfg = run_config(gc.cfg, o);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "dsv32 gpu: {}\n", e.what());
+    return kExitUsage;
+  }
   if (const std::string why = gpu::no_tp_reason(o.tp); !why.empty()) {
     fmt::print(stderr, "dsv32 gpu: {}\n", why);
     return kExitUsage;
   }
-  golden::GoldenCase gc = golden::read(o.golden);
   const boundary::Plan plan = boundary::plan_preset(o.plan, gc.cfg);
   const int T = max_capture_size(gc.steps);
   gpu::StackOptions options;
@@ -64,7 +100,7 @@ int run(const GpuOptions& o) {
     fmt::print("  far blocks: block ids moved up by {} (slot x row past 2^31 elements)\n",
                options.block_offset);
   }
-  gpu::TpGroup group(gc.cfg, gc.weights, o.tp, gc.num_blocks, T, options);
+  gpu::TpGroup group(cfg, gc.weights, o.tp, gc.num_blocks, T, options);
   std::vector<StepTrace> got;
   for (std::size_t s = 0; s < gc.steps.size(); ++s) {
     got.push_back(group.run(plan, gc.steps[s]));
@@ -73,11 +109,14 @@ int run(const GpuOptions& o) {
   }
   const Judgement j = judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks,
                             gc.steps, got, o.tp);
+  const std::string dcp =
+      cfg.dcp_size > 1 ? fmt::format(" dcp {} interleave {}", cfg.dcp_size, cfg.dcp_interleave)
+                       : "";
   fmt::print(
-      "dsv32 gpu: case {} plan {} tp {} ({}) on {}: {} stages and {} top-k rows judged, {} "
+      "dsv32 gpu: case {} plan {} tp {} ({}){} on {}: {} stages and {} top-k rows judged, {} "
       "failures\n",
-      gc.case_id, o.plan, o.tp, gpu::transport_name(group.transport(), o.tp), gpu::device_summary(),
-      j.stages, j.topk_rows, j.failures.size());
+      gc.case_id, o.plan, o.tp, gpu::transport_name(group.transport(), o.tp), dcp,
+      gpu::device_summary(), j.stages, j.topk_rows, j.failures.size());
   for (const std::string& f : j.failures) fmt::print("  FAIL {}\n", f);
   if (j.failures.empty()) fmt::print("  {}\n", j.worst_text());
   // What the run exercised: the case's rows, the graphs that served the steps, the paths.
@@ -126,6 +165,8 @@ int run(const GpuOptions& o) {
     outputs.add(o.json, nlohmann::json{{"case_id", gc.case_id},
                                        {"plan", o.plan},
                                        {"tp", o.tp},
+                                       {"dcp", cfg.dcp_size},
+                                       {"dcp_interleave", cfg.dcp_interleave},
                                        {"block_offset", options.block_offset},
                                        {"device", gpu::device_summary()},
                                        {"verdict", pass ? "pass" : "fail"},
@@ -140,7 +181,11 @@ int run(const GpuOptions& o) {
                             "\n");
   }
   if (!o.dump.empty()) {
-    gc.generator = generator_string("gpu --plan " + o.plan + " --tp " + std::to_string(o.tp));
+    gc.generator =
+        generator_string("gpu --plan " + o.plan + " --tp " + std::to_string(o.tp) +
+                         (o.dcp > 1 ? " --dcp " + std::to_string(o.dcp) + " --dcp-interleave " +
+                                          std::to_string(o.dcp_interleave)
+                                    : ""));
     gc.expected = got;
     gc.emulated = got;
     golden::stage(outputs, o.dump, gc, {}, /*verify=*/false);
@@ -172,6 +217,18 @@ void add_gpu(CLI::App& app, int& exit_code) {
   sub->add_option("--tp", o->tp,
                   "Tensor-parallel ranks, one GPU each (each holds num_heads / tp heads)")
       ->check(int_in(1, 64))
+      ->capture_default_str();
+  sub->add_option("--dcp", o->dcp,
+                  "Decode context parallelism of an unsharded golden: its keys over W ranks "
+                  "emulated on each GPU (each its share of every top-k row, its partial "
+                  "attention, the LSE merge), judged against the unsharded oracle; W divides "
+                  "--tp when --tp > 1")
+      ->check(int_in(1, kMaxDcpSize))
+      ->capture_default_str();
+  sub->add_option("--dcp-interleave", o->dcp_interleave,
+                  "Positions a rank owns in a row before the next rank's (vLLM's "
+                  "cp_kv_cache_interleave_size); divides the golden's block size")
+      ->check(int_in(1, kMaxConfigSize))
       ->capture_default_str();
   sub->add_option("--dump", o->dump, "Write the GPU trace as a golden-schema file")
       ->check(kOutputFile);

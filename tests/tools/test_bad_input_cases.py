@@ -323,6 +323,15 @@ def test_a_golden_judged_against_itself_says_every_stage_is_exact_not_at():
     assert code == 0 and "every judged stage exact" in text and "at )" not in text, text[-300:]
 
 
+@pytest.mark.parametrize("flags,words", [
+    (["--dcp", "2", "--dcp-interleave", "3"], ["dcp_interleave", "must divide block_size"]),
+    (["--dcp-interleave", "2"], ["needs --dcp W > 1"]),
+    (["--dcp", "2", "--tp", "3"], ["--dcp 2 does not divide --tp 3"]),
+    (["--dcp", "65"], ["--dcp: 65 is outside [1, 64]"])], ids=["interleave", "alone", "tp", "w"])
+def test_a_dcp_layout_vllm_refuses_is_refused_by_name_before_the_gpu(flags, words):
+    expect(tool("gpu", DEFAULT, *flags), 2, *words)
+
+
 @pytest.fixture(scope="module")
 def no_gpu():
     """`dsv32 gpu`'s run where no GPU is (a skip where one is)."""
