@@ -175,15 +175,30 @@ Verdict tp_row(const golden::GoldenCase& gc, int tp) {
   const std::vector<StepTrace> eager = gpu::run_steps_tp(
       gc.cfg, gc.weights, tp, gc.num_blocks, gc.steps, boundary::plan_preset("eager", gc.cfg));
   const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager, tp);
-  if (!j.failures.empty() || j.stages == 0)
-    return {what, Status::fail, j.failures.empty() ? "nothing compared" : j.failures.front()};
+  // A stage whose gate is vacuous (T1 rounds each rank's o_proj partial: at tiny sizes the
+  // spread can pass the cap, TOLERANCES.md) is judged by the bitwise plan checks alone, as the
+  // TP tests do; any other failure fails the row.
+  const int vacuous = j.vacuous;
+  if (static_cast<int>(j.failures.size()) > vacuous || j.stages == 0) {
+    std::string first = "nothing compared";
+    for (const std::string& f : j.failures)
+      if (f.find("vacuous gate") == std::string::npos) {
+        first = f;
+        break;
+      }
+    return {what, Status::fail, first};
+  }
   const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(
       gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, tp);
   for (const gpu::PlanCheck& c : checks)
     if (!c.difference.empty()) return {what, Status::fail, "plan " + c.plan + ": " + c.difference};
   return {what, Status::pass,
-          fmt::format("{} plans bitwise equal to tp eager; oracle gate {}", checks.size(),
-                      j.worst_text())};
+          fmt::format("{} plans bitwise equal to tp eager; oracle gate {}{}", checks.size(),
+                      j.worst_text(),
+                      vacuous ? fmt::format("; {} stage(s) of vacuous gate judged bitwise only "
+                                            "(first: {})",
+                                            vacuous, j.failures.front().substr(0, 40))
+                              : "")};
 }
 #endif
 

@@ -177,7 +177,7 @@ Config Config::tp_shard(int tp) const {
   if (tp < 1 || num_heads % tp != 0)
     throw ConfigError("tp: " + std::to_string(tp) + " does not divide num_heads " +
                       std::to_string(num_heads));
-  if (tp % dcp_size != 0)
+  if (tp > 1 && tp % dcp_size != 0)  // tp 1: no group; the DCP ranks are emulated, unsharded
     throw ConfigError("tp: " + std::to_string(tp) + " is not a multiple of dcp_size " +
                       std::to_string(dcp_size) +
                       " (a DCP group is dcp_size ranks of the tensor-parallel group)");

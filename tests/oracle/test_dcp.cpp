@@ -143,6 +143,7 @@ TEST(DcpConfig, LayoutsVllmRefusesAreRefusedByName) {
   c.num_heads = 4;
   EXPECT_THROW(c.tp_shard(2), ConfigError);  // a DCP group is 4 ranks of a TP group of 2
   EXPECT_EQ(c.tp_shard(4).num_heads, 1);
+  EXPECT_EQ(c.tp_shard(1), c);  // no group: the ranks emulated in one process
 }
 
 // --- top-k ----------------------------------------------------------------------------------

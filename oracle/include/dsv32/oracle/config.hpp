@@ -102,7 +102,8 @@ struct Config {
   /// Floats in one MLA cache entry: latent then rope part.
   int kv_entry_dim() const { return kv_lora_rank + qk_rope_head_dim; }
   /// A copy with num_heads restricted to one of `tp` equal shards (the indexer is replicated).
-  /// Under DCP, tp must be a multiple of dcp_size (a DCP group is dcp_size ranks of the TP group).
+  /// Under DCP, tp > 1 must be a multiple of dcp_size (a DCP group is dcp_size ranks of the TP
+  /// group); tp 1 is the whole layer, its DCP ranks emulated in one process.
   Config tp_shard(int tp) const;
 };
 
