@@ -79,7 +79,8 @@ std::vector<TpCase> tp_cases() {
   std::vector<TpCase> out;
   for (const TpRun& r : tp_runs())
     for (const golden::CaseSpec& c : golden::registry())
-      if (c.committed && c.cfg.num_heads % r.tp == 0) out.push_back({c.name, r});
+      if (c.committed && c.cfg.num_heads % r.tp == 0 && r.tp % c.cfg.dcp_size == 0)
+        out.push_back({c.name, r});
   return out;
 }
 
