@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <utility>
 
 #include "commands.hpp"
 #include "dsv32/boundary/plan.hpp"
@@ -110,14 +111,20 @@ Verdict families() {
 }
 
 #if DSV32_HAVE_CUDA
+/// The case's steps under `eager` on one GPU with `mutant` switched on, and their judgement.
+std::pair<std::vector<StepTrace>, Judgement> judged_eager(const golden::GoldenCase& gc,
+                                                          const std::string& mutant) {
+  std::vector<StepTrace> eager =
+      gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
+                     boundary::plan_preset("eager", gc.cfg), boundary::stack_switch(mutant));
+  Judgement j =
+      judge(gc.cfg, std::make_shared<const Weights>(gc.weights), gc.num_blocks, gc.steps, eager);
+  return {std::move(eager), std::move(j)};
+}
+
 /// Every plan on the GPU: bitwise equal to `eager`, and `eager` within the oracle's gates.
 void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vector<Verdict>& rows) {
-  const auto w = std::make_shared<const Weights>(gc.weights);
-  const std::string stack_mutant = boundary::stack_switch(mutant);
-  const std::vector<StepTrace> eager =
-      gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
-                     boundary::plan_preset("eager", gc.cfg), stack_mutant);
-  const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+  const auto [eager, j] = judged_eager(gc, mutant);
   rows.push_back({"gpu eager vs oracle (T2 vs T0/T1)",
                   j.failures.empty() && j.stages > 0 ? Status::pass : Status::fail,
                   j.failures.empty() ? fmt::format("{} stages, {} top-k rows; {}", j.stages,
@@ -143,12 +150,7 @@ Verdict dcp_row(const std::string& mutant) {
   const std::string what =
       fmt::format("gpu dcp {} (dcp-bait, interleave {}): eager vs DCP oracle, every plan bitwise",
                   gc.cfg.dcp_size, gc.cfg.dcp_interleave);
-  const auto w = std::make_shared<const Weights>(gc.weights);
-  const std::string stack_mutant = boundary::stack_switch(mutant);
-  const std::vector<StepTrace> eager =
-      gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
-                     boundary::plan_preset("eager", gc.cfg), stack_mutant);
-  const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+  const auto [eager, j] = judged_eager(gc, mutant);
   if (!j.failures.empty() || j.stages == 0)
     return {what, Status::fail, j.failures.empty() ? "nothing compared" : j.failures.front()};
   const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(
