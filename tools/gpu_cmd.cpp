@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "commands.hpp"
@@ -79,15 +80,21 @@ const std::vector<std::string>& served_metrics() {
 }
 
 int run(const GpuOptions& o) {
-#if DSV32_HAVE_CUDA
-  golden::GoldenCase gc = golden::read(o.golden);
-  Config cfg;
-  try {
-    cfg = run_config(gc.cfg, o);
-  } catch (const ConfigError& e) {
-    fmt::print(stderr, "dsv32 gpu: {}\n", e.what());
-    return kExitUsage;
+  // The DCP flags are checked against the golden's layout first, with or without CUDA.
+  std::optional<golden::GoldenCase> read;
+  std::optional<Config> resharded;
+  if (o.dcp > 1 || o.dcp_interleave > 1) {
+    read = golden::read(o.golden);
+    try {
+      resharded = run_config(read->cfg, o);
+    } catch (const ConfigError& e) {
+      fmt::print(stderr, "dsv32 gpu: {}\n", e.what());
+      return kExitUsage;
+    }
   }
+#if DSV32_HAVE_CUDA
+  golden::GoldenCase gc = read ? std::move(*read) : golden::read(o.golden);
+  const Config cfg = resharded ? *resharded : gc.cfg;
   if (const std::string why = gpu::no_tp_reason(o.tp); !why.empty()) {
     fmt::print(stderr, "dsv32 gpu: {}\n", why);
     return kExitUsage;
@@ -196,6 +203,8 @@ int run(const GpuOptions& o) {
   return pass ? kExitPass : kExitFail;
 #else
   (void)o;
+  (void)read;
+  (void)resharded;
   fmt::print(stderr, "dsv32 gpu: this build has no CUDA\n");
   return kExitUsage;
 #endif

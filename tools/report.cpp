@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 namespace dsv32::tools {
 
@@ -36,6 +38,18 @@ std::string_view to_string(Status s) {
   return "?";
 }
 
+std::string bisect_command(const std::string& case_name, const std::string& plan,
+                           const std::string& mutant) {
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec || self.empty()) self = "dsv32";
+  // Registry case names, plan and mutant names are words without spaces or quotes; the binary's
+  // path is quoted where it holds anything a shell would split.
+  if (self.find_first_of(" \t'\"$`\\") != std::string::npos) self = "'" + self + "'";
+  return self + " bisect --case " + case_name + " --plan " + plan +
+         (mutant.empty() ? "" : " --mutant " + mutant);
+}
+
 bool print_verdicts(const std::string& title, const std::vector<Verdict>& rows) {
   std::size_t w0 = 5, w1 = 6;
   for (const Verdict& v : rows)
@@ -48,6 +62,9 @@ bool print_verdicts(const std::string& title, const std::vector<Verdict>& rows) 
     fmt::print("{:<{}}  {:<{}}  {}\n", v.check, w0, to_string(v.status), w1, v.detail);
     ok = ok && v.status != Status::fail;
   }
+  for (const Verdict& v : rows)
+    if (v.status == Status::fail && !v.bisect.empty())
+      fmt::print("to bisect \"{}\": {}\n", v.check, v.bisect);
   return ok;
 }
 
@@ -60,6 +77,7 @@ void write_verdicts_json(const std::string& path, const std::string& title,
     nlohmann::json row{
         {"check", v.check}, {"status", std::string(to_string(v.status))}, {"detail", v.detail}};
     if (!v.metrics.empty()) row["metrics"] = v.metrics;
+    if (v.status == Status::fail && !v.bisect.empty()) row["bisect"] = v.bisect;
     j["rows"].push_back(row);
     ok = ok && v.status != Status::fail;
   }

@@ -129,15 +129,21 @@ void gpu_rows(const golden::GoldenCase& gc, const std::string& mutant, std::vect
                   j.failures.empty() && j.stages > 0 ? Status::pass : Status::fail,
                   j.failures.empty() ? fmt::format("{} stages, {} top-k rows; {}", j.stages,
                                                    j.topk_rows, j.worst_text())
-                                     : j.failures.front()});
+                                     : j.failures.front(),
+                  {},
+                  // A data bug: wrong under every plan; bisect names its first failing stage.
+                  bisect_command(gc.case_id, "narrow", mutant)});
   for (const gpu::PlanCheck& c : gpu::check_plans_bitwise(
            gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, 1, mutant)) {
-    rows.push_back(
-        {"gpu plan " + c.plan + " (T3 vs T2)", c.difference.empty() ? Status::pass : Status::fail,
-         c.difference.empty() ? fmt::format("bitwise equal to eager over {} steps ({}); segments "
-                                            "{}; oracle gate {}",
-                                            gc.steps.size(), c.served, c.structure, j.worst_text())
-                              : c.difference});
+    rows.push_back({"gpu plan " + c.plan + " (T3 vs T2)",
+                    c.difference.empty() ? Status::pass : Status::fail,
+                    c.difference.empty()
+                        ? fmt::format("bitwise equal to eager over {} steps ({}); segments "
+                                      "{}; oracle gate {}",
+                                      gc.steps.size(), c.served, c.structure, j.worst_text())
+                        : c.difference,
+                    {},
+                    bisect_command(gc.case_id, c.plan, mutant)});
   }
 }
 
@@ -152,11 +158,20 @@ Verdict dcp_row(const std::string& mutant) {
                   gc.cfg.dcp_size, gc.cfg.dcp_interleave);
   const auto [eager, j] = judged_eager(gc, mutant);
   if (!j.failures.empty() || j.stages == 0)
-    return {what, Status::fail, j.failures.empty() ? "nothing compared" : j.failures.front()};
+    return {what,
+            Status::fail,
+            j.failures.empty() ? "nothing compared" : j.failures.front(),
+            {},
+            bisect_command(gc.case_id, "narrow", mutant)};
   const std::vector<gpu::PlanCheck> checks = gpu::check_plans_bitwise(
       gc.cfg, gc.weights, gc.num_blocks, gc.steps, boundary::plan_names(), eager, 1, mutant);
   for (const gpu::PlanCheck& c : checks)
-    if (!c.difference.empty()) return {what, Status::fail, "plan " + c.plan + ": " + c.difference};
+    if (!c.difference.empty())
+      return {what,
+              Status::fail,
+              "plan " + c.plan + ": " + c.difference,
+              {},
+              bisect_command(gc.case_id, c.plan, mutant)};
   return {what, Status::pass,
           fmt::format("{} plans bitwise equal to eager over {} steps; oracle gate {}",
                       checks.size(), gc.steps.size(), j.worst_text())};
