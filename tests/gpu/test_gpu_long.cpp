@@ -2,7 +2,8 @@
 // heads, 64 indexer heads, Lkv 512 in fp8_ds_mla, K 2048, contexts of 65536 to 163840 keys
 // given as prefixes. Each case is generated here (the oracle computes only its measured steps),
 // its eager run judged against the oracle and every plan held to eager's bits; the mixed case
-// again with its blocks where every cache offset passes 2^31 elements.
+// again with its blocks where every cache offset passes 2^31 elements; the decode again over 2, 4
+// and 8 DCP ranks.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -41,6 +42,30 @@ TEST_P(GpuLong, EveryPlanGivesEagerBitsAndEagerPassesTheOracle) {
         gpu::run_steps(gc.cfg, gc.weights, gc.num_blocks, gc.steps,
                        boundary::plan_preset(plan, gc.cfg), "", nullptr, far);
     EXPECT_EQ(first_difference(gc.cfg, near, got), "") << plan << " on far blocks";
+  }
+}
+
+// The 131072-key decode under decode context parallelism (MATH.md, "Context-parallel shards"),
+// made once and run at W = 2, 4 and 8 (vLLM's interleave 1, its keys a quarter, an eighth ... a
+// rank): eager under DCP passes the unsharded oracle, and the plans that capture the ranks'
+// launches give its bits.
+TEST(GpuLongDcp, TheLongDecodeOverTwoFourAndEightRanks) {
+  DSV32_REQUIRE_GPU();
+  const golden::GoldenCase gc = golden::generate(golden::find_case("long-decode"), "test");
+  const auto w = std::make_shared<const Weights>(gc.weights);
+  for (const int ranks : {2, 4, 8}) {
+    Config cfg = gc.cfg;
+    cfg.dcp_size = ranks;
+    const std::vector<StepTrace> eager =
+        testing::run_plan(cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
+    const Judgement j = judge(gc.cfg, w, gc.num_blocks, gc.steps, eager);
+    EXPECT_GT(j.stages, 0);
+    EXPECT_TRUE(j.failures.empty()) << "dcp " << ranks << ": " << j.failures.front();
+    for (const char* plan : {"narrow", "full-and-piecewise"})
+      EXPECT_EQ(first_difference(cfg, eager,
+                                 testing::run_plan(cfg, gc.weights, gc.num_blocks, gc.steps, plan)),
+                "")
+          << "dcp " << ranks << ", " << plan;
   }
 }
 
