@@ -3,8 +3,12 @@
 // over plans takes the plan as its name's last element: `ctest -R '/narrow$'` runs one plan.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <set>
+#include <string>
 
 #include "dsv32/golden/golden.hpp"
 #include "dsv32/gpu/plan_check.hpp"
@@ -12,6 +16,7 @@
 #include "dsv32/gpu/stack_lab.hpp"
 #include "dsv32/judge/judge.hpp"
 #include "dsv32/oracle/compare.hpp"
+#include "support/bisect_line.hpp"
 #include "support/golden_cases.hpp"
 #include "support/gpu.hpp"
 #include "support/gpu_runs.hpp"
@@ -21,6 +26,7 @@
 namespace dsv32 {
 namespace {
 
+using testing::bisect_line;
 using testing::check_plans;
 using testing::committed_cases;
 using testing::compared_plans;
@@ -121,12 +127,16 @@ TEST(GpuPlans, OneStackKeepsTheFullAndThePiecewiseGraphOfOneSizeApart) {
 }
 
 /// Runs every step of a case under `eager` and under `plan`, each on its own stack: equal bits.
-void expect_plan_bitwise_equal(const golden::GoldenCase& gc, const std::string& plan) {
+/// A failure names the test's replay line and, where the case is a golden file (`path`), the
+/// bisect command for it.
+void expect_plan_bitwise_equal(const golden::GoldenCase& gc, const std::string& plan,
+                               const std::string& path = "") {
   const std::vector<StepTrace> base =
       run_plan(gc.cfg, gc.weights, gc.num_blocks, gc.steps, "eager");
   for (const gpu::PlanCheck& c :
        gpu::check_plans_bitwise(gc.cfg, gc.weights, gc.num_blocks, gc.steps, {plan}, base))
     EXPECT_EQ(c.difference, "") << gc.case_id << " plan " << c.plan << " (replay: " << replay_line()
+                                << (path.empty() ? "" : "; to bisect: " + bisect_line(path, plan))
                                 << ")";
 }
 
@@ -138,7 +148,7 @@ class GpuPlanFixture : public ::testing::Test {
       : name_(std::move(name)), plan_(std::move(plan)) {}
   void TestBody() override {
     DSV32_REQUIRE_GPU();
-    expect_plan_bitwise_equal(golden::read(fixture(name_)), plan_);
+    expect_plan_bitwise_equal(golden::read(fixture(name_)), plan_, fixture(name_));
   }
 
  private:
@@ -155,6 +165,29 @@ class GpuPlanFixture : public ::testing::Test {
           [=]() -> ::testing::Test* { return new GpuPlanFixture(name, plan); });
   return true;
 }();
+
+// The bisect line a failing fixture test prints runs as printed: with a GPU, bisect answers
+// `none` on a committed golden; without one, the tool refuses for want of a GPU, not for the
+// line (a flag or path it could not parse).
+TEST(BisectLines, APrintedLineRunsAsPrinted) {
+  const std::string line = bisect_line(fixture("default"), "narrow");
+  FILE* p = popen((line + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr) << line;
+  std::string out;
+  char buf[4096];
+  while (const std::size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int status = pclose(p);
+  ASSERT_TRUE(WIFEXITED(status)) << line << "\n" << out;
+  if (gpu::no_device_reason().empty()) {
+    EXPECT_EQ(WEXITSTATUS(status), 0) << line << "\n" << out;
+    EXPECT_NE(out.find("no divergence"), std::string::npos) << line << "\n" << out;
+  } else {
+    EXPECT_EQ(WEXITSTATUS(status), 2) << line << "\n" << out;
+    EXPECT_NE(out.find("dsv32 bisect: "), std::string::npos) << line << "\n" << out;
+    EXPECT_EQ(out.find("--help"), std::string::npos) << "the line did not parse: " << line << "\n"
+                                                     << out;
+  }
+}
 
 TEST(GpuPlans, TopkUnderLargeTieGroupsIsValidAndTheSameAtEveryReplay) {
   // topk-stress: tie groups of hundreds of keys at the K-th place and crowded bins; the sets
