@@ -38,6 +38,7 @@ if ! command -v "$tool" > /dev/null 2>&1; then
   echo "git-bisect-golden.sh: no dsv32 tool at '$tool' (--tool or \$DSV32_TOOL)" >&2
   exit 2
 fi
+export DSV32_TOOL="$tool"  # the candidate's own use of the dsv32 package finds the same tool
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo "?")
 if [ -n "$build" ] && ! bash -c "$build"; then
   echo "git-bisect-golden.sh: $commit: the build failed: skipped (125)" >&2
