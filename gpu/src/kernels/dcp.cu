@@ -6,7 +6,7 @@ namespace {
 
 /// Grid (rows), 128 threads over the row's K entries.
 __global__ void dcp_share(Dims d, Meta m, const int* topk, int* share, int world, int interleave,
-                          int rank, DcpFault fault) {
+                          int rank, ShareFault fault) {
   stream_order();
   // A padded row (device-driven: past the live rows) gets no entry, as the F layer's clear
   // leaves it in the shared rows.
@@ -20,11 +20,11 @@ __global__ void dcp_share(Dims d, Meta m, const int* topk, int* share, int world
     const bool owned = p >= 0 && (p / interleave) % world == rank;
     if (k < d.K) {
       const int local = static_cast<int>((p / span) * interleave + p % interleave);
-      share[row + k] = !owned ? -1 : fault == DcpFault::global_as_local ? p : local;
+      share[row + k] = !owned ? -1 : fault == ShareFault::global_as_local ? p : local;
     }
     valid += __syncthreads_count(owned);
   }
-  if (fault != DcpFault::share_prefix) return;
+  if (fault != ShareFault::share_prefix) return;
   __syncthreads();  // every entry written before the prefix is cut
   for (int k = valid + threadIdx.x; k < d.K; k += blockDim.x) share[row + k] = -1;
 }
@@ -67,7 +67,7 @@ __global__ void dcp_merge(Dims d, Meta m, int world, long long rows_stride, cons
 }  // namespace
 
 void launch_dcp_share(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
-                      int* share, int world, int interleave, int rank, DcpFault fault) {
+                      int* share, int world, int interleave, int rank, ShareFault fault) {
   go(dcp_share, dim3(rows), 128, 0, d, m, topk, share, world, interleave, rank, fault);
 }
 

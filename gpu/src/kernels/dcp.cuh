@@ -8,13 +8,12 @@
 
 namespace dsv32::gpu::k {
 
-/// The DCP mutants (docs/GPU.md), each a known fault of the field's DCP paths:
-/// lse_base2: the backend's partial lse in base 2, merged as natural log (vllm#47079);
-/// empty_rank_nan: an empty rank's partial divided by its zero sum (0/0) and the merge adding
-/// every rank's weighted partial (0 x NaN); global_as_local: the share keeps global positions
-/// where the rank's local ones belong (the converter skipped, vllm#46514); share_prefix: an
-/// in-place share read as a prefix of its valid count (keys after the first holes lost).
-enum class DcpFault { none, lse_base2, empty_rank_nan, global_as_local, share_prefix };
+/// A planted bug of a rank's share (the DCP mutants, docs/GPU.md; the others are the finish's,
+/// sparse_mqa.cuh's FinishFault, and the merge's `every_rank`): global_as_local keeps global
+/// positions where the rank's local ones belong (the converter skipped, vllm#46514);
+/// share_prefix reads an in-place share as a prefix of its valid count (keys after the first
+/// holes lost).
+enum class ShareFault { none, global_as_local, share_prefix };
 
 /// share[t, k] = l(topk[t, k]), the rank's local position (l(p) = floor(p / (I W)) I + p mod I),
 /// where rank `rank` of `world` owns that position (owner(p) = floor(p / I) mod W), else -1: the
@@ -22,7 +21,7 @@ enum class DcpFault { none, lse_base2, empty_rank_nan, global_as_local, share_pr
 /// mqa_gather and mqa_softmax do). mqa_gather reads a local position through DcpView.
 void launch_dcp_share(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
                       int* share, int world, int interleave, int rank,
-                      DcpFault fault = DcpFault::none);
+                      ShareFault fault = ShareFault::none);
 /// Per (token, head): lse = m + log sum_r exp(lse_r - m) over the ranks whose lse_r is finite;
 /// olat = sum_r S(exp(lse_r - lse) olat_r) in rank order, each partial sum rounded to S (vLLM's
 /// bf16 path; an fp32 stack rounds nothing); a rank with a non-finite lse adds nothing; no rank:

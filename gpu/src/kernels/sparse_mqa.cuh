@@ -32,8 +32,9 @@ void launch_mqa_gather(const Launch& go, const Dims& d, const Meta& m, int rows,
 template <class S>
 void launch_mqa_softmax(const Launch& go, const Dims& d, const Meta& m, int rows, const int* topk,
                         const float* z, S* p, float* ml);
-/// A DCP mutant's partial (dcp.cuh, DcpFault): lse_base2 reports lse in base 2; divide_empty
-/// divides an empty row's zero sums (olat 0 / 0).
+/// A DCP mutant's partial (docs/GPU.md): lse_base2 reports lse in base 2, which the merge takes
+/// as natural log (vllm#47079); divide_empty divides an empty row's zero sums (olat 0 / 0, which
+/// a merge adding every rank turns into 0 x NaN).
 enum class FinishFault { none, lse_base2, divide_empty };
 /// olat = S(acc / l) (also into olat_trace) and lse = m + log l.
 template <class S>

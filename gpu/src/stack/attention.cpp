@@ -138,24 +138,21 @@ void StackImpl<S>::sparse_mqa_dcp(int l, const LaunchState& st, const k::Meta& m
         "sparse_mqa: the layer's sets");
   const long long stride = max_tokens_;  // rows of one rank's partials
   const std::size_t olat_stride = static_cast<std::size_t>(stride) * d.H * d.L;
-  const k::DcpFault fault = faults_.dcp_fault();
-  const k::FinishFault finish = fault == k::DcpFault::lse_base2 ? k::FinishFault::lse_base2
-                                : fault == k::DcpFault::empty_rank_nan
-                                    ? k::FinishFault::divide_empty
-                                    : k::FinishFault::none;
   for (int r = 0; r < cfg.dcp_size; ++r) {
     k::launch_dcp_share(go("sparse_mqa"), d, m, launch_rows, buf_.topk->get(),
-                        buf_.dcp_share->get(), cfg.dcp_size, cfg.dcp_interleave, r, fault);
+                        buf_.dcp_share->get(), cfg.dcp_size, cfg.dcp_interleave, r,
+                        faults_.share_fault());
     k::launch_mqa_gather(go("sparse_mqa"), d, m, launch_rows, w.kv, buf_.dcp_share->get(),
                          buf_.mqa_keys->get(), aligned, buf_.dcp_sets->get(),
                          faults_.latent_fault(), {cfg.dcp_size, cfg.dcp_interleave, r});
     S* part = buf_.dcp_olat->get() + r * olat_stride;
     attend(l, m, launch_rows, buf_.dcp_share->get(), part, part,
-           buf_.dcp_lse->get() + static_cast<std::size_t>(r) * stride * d.H, finish);
+           buf_.dcp_lse->get() + static_cast<std::size_t>(r) * stride * d.H,
+           faults_.finish_fault());
   }
   k::launch_dcp_merge(go("sparse_mqa"), d, m, launch_rows, cfg.dcp_size, stride,
                       static_cast<const S*>(buf_.dcp_olat->get()), buf_.dcp_lse->get(), olat,
-                      w.olat_trace->get(), w.lse->get(), fault == k::DcpFault::empty_rank_nan);
+                      w.olat_trace->get(), w.lse->get(), faults_.merge_adds_every_rank());
 }
 
 /// Step 8 over the gathered keys of `sets` (mqa_keys) for sparse_mqa's launch rows and

@@ -135,12 +135,22 @@ k::LatentFault Faults<S>::latent_fault() const {
 }
 
 template <class S>
-k::DcpFault Faults<S>::dcp_fault() const {
-  return mutant_ == M::dcp_lse_base2         ? k::DcpFault::lse_base2
-         : mutant_ == M::dcp_empty_rank_nan  ? k::DcpFault::empty_rank_nan
-         : mutant_ == M::dcp_global_as_local ? k::DcpFault::global_as_local
-         : mutant_ == M::dcp_share_prefix    ? k::DcpFault::share_prefix
-                                             : k::DcpFault::none;
+k::ShareFault Faults<S>::share_fault() const {
+  return mutant_ == M::dcp_global_as_local ? k::ShareFault::global_as_local
+         : mutant_ == M::dcp_share_prefix  ? k::ShareFault::share_prefix
+                                           : k::ShareFault::none;
+}
+
+template <class S>
+k::FinishFault Faults<S>::finish_fault() const {
+  return mutant_ == M::dcp_lse_base2        ? k::FinishFault::lse_base2
+         : mutant_ == M::dcp_empty_rank_nan ? k::FinishFault::divide_empty
+                                            : k::FinishFault::none;
+}
+
+template <class S>
+bool Faults<S>::merge_adds_every_rank() const {
+  return mutant_ == M::dcp_empty_rank_nan;
 }
 
 template <class S>

@@ -60,9 +60,13 @@ class Faults {
   k::TopkFault topk_fault() const;
   /// The backend's read of an fp8_ds_mla latent (fp8-tile-scale: tile 0's scale for every tile).
   k::LatentFault latent_fault() const;
-  /// The DCP ranks' planted bug (dcp-lse-base2, dcp-empty-rank-nan, dcp-global-as-local,
-  /// dcp-share-prefix).
-  k::DcpFault dcp_fault() const;
+  /// The DCP ranks' planted bugs, a seam each: a rank's share (dcp-global-as-local,
+  /// dcp-share-prefix), its partial's finish (dcp-lse-base2; dcp-empty-rank-nan's 0 / 0), and
+  /// whether the merge adds every rank's weighted partial, an empty one's too
+  /// (dcp-empty-rank-nan's 0 x NaN).
+  k::ShareFault share_fault() const;
+  k::FinishFault finish_fault() const;
+  bool merge_adds_every_rank() const;
   /// Before the backend's products on `s` (unjoined-stream: a slow backend in an eager segment).
   void before_backend(cudaStream_t s, const LaunchState& st) const;
   /// Where uv_proj writes (fresh-output: a new buffer each call, `elements` long).
